@@ -1,0 +1,22 @@
+"""tfseq: variable-length sequences into TensorFlow models, fast and exactly once.
+
+Every transformation returns a ``dataset -> dataset`` function for ``Dataset.apply``.
+"""
+
+import os as _os
+
+_os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# --- foundation: reading, vocab, tokenizing, filtering, padding, stats
+
+# --- bucketing
+
+# --- packing
+
+# --- splitting and distribution
+
+# --- tbptt
+
+# --- lod and multislot
+
+# --- layers
