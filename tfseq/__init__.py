@@ -20,3 +20,5 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # --- lod and multislot
 
 # --- layers
+from tfseq import layers
+from tfseq.layers.masked_softmax import masked_softmax

@@ -1,5 +1,6 @@
 """Keras 3 layers for ragged, padded and packed sequence batches."""
 
 # --- masked softmax and attention
+from tfseq.layers.masked_softmax import masked_softmax
 
 # --- recurrent layers
