@@ -14,6 +14,10 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # --- packing
 
 # --- splitting and distribution
+from tfseq import distribute
+from tfseq.distribute import GlobalWeightedLoss, global_weighted_mean, replica_dataset_fn
+from tfseq.distribute import mirrored_strategy, use_data_service
+from tfseq.splitting import prefetch_to_device, split_batch
 
 # --- tbptt
 
