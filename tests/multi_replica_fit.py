@@ -42,7 +42,7 @@ def batch_fn(num_replicas):
     def apply(ds):
         return ds.bucket_by_sequence_length(
             lambda ex: ex["ids_length"], bucket_boundaries=[8, 16, 24],
-            bucket_batch_sizes=[7 * num_replicas + 1, 5 * num_replicas - 1,
+            bucket_batch_sizes=[7 * num_replicas + 1, 5 * num_replicas + 1,
                                 3 * num_replicas + 2, 2 * num_replicas + 1])
     return apply
 

@@ -228,21 +228,25 @@ class GlobalWeightedLoss(keras.losses.Loss):
 
     Args:
       loss: the Keras loss to wrap, e.g.
-        ``keras.losses.SparseCategoricalCrossentropy(from_logits=True)`` (or its name).
+        ``keras.losses.SparseCategoricalCrossentropy(from_logits=True)``, or a loss
+        function or its name (``"sparse_categorical_crossentropy"``).
       name: name of this loss; defaults to ``"global_" + loss.name``.
       dtype: compute dtype, as for any Keras loss.
     """
 
     def __init__(self, loss, name: str | None = None, dtype=None):
         loss = keras.losses.get(loss)
-        if not isinstance(loss, keras.losses.Loss):
-            raise TypeError("GlobalWeightedLoss wraps a keras.losses.Loss instance (or its "
-                            f"name); received loss={loss!r}")
-        super().__init__(name=name or f"global_{loss.name}", reduction="sum", dtype=dtype)
+        if not callable(loss):
+            raise TypeError("GlobalWeightedLoss wraps a keras.losses.Loss, a loss function or "
+                            f"a loss name; received loss={loss!r}")
+        base_name = loss.name if isinstance(loss, keras.losses.Loss) else loss.__name__
+        super().__init__(name=name or f"global_{base_name}", reduction="sum", dtype=dtype)
         self.loss = loss
 
     def call(self, y_true, y_pred):
-        return self.loss.call(y_true, y_pred)
+        if isinstance(self.loss, keras.losses.Loss):
+            return self.loss.call(y_true, y_pred)
+        return self.loss(y_true, y_pred)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         in_mask = getattr(y_pred, "_keras_mask", None)
