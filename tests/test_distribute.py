@@ -163,7 +163,8 @@ def test_replica_dataset_fn_through_data_service(data_service):
     fn = replica_dataset_fn(make_dataset, batch_fn, balance="tokens",
                             data_service=data_service)
     got = to_list(fn(context(1, 0, 2)))
-    assert len(got) % 2 == 0 and all(len(p["weight"]) == 2 for p in got)
+    assert len(got) % 2 == 0
+    assert all(len(got[i]["weight"]) == len(got[i + 1]["weight"]) for i in range(0, len(got), 2))
     labels = [k for p in got for k, w in zip(p["label"], p["weight"]) if w == 1.0]
     assert sorted(labels) == list(range(1, 12))
     # Consecutive parts are the two halves of one global batch (aligned with the replicas).

@@ -43,6 +43,10 @@ dummy row each, so every replica steps and the loss is unchanged::
     label           [3]         [4]         [0]         [0]
     weight          [1.0]       [1.0]       [0.0]       [0.0]
 
+With ``equal_rows=True`` every part is filled up to ``ceil(B / S)`` rows, so (without
+``trim``) all parts have one shape: 10 rows over 4 parts give sizes 3, 3, 3, 3 with weights
+``[1, 1, 1]``, ``[1, 1, 1]``, ``[1, 1, 0]``, ``[1, 1, 0]``.
+
 A dummy row is all padding and holds exactly one token, the pad id 0, as a one-token example:
 ``"<name>_length"`` is 1, a ragged row is ``[0]``, a packed row has segment ids ``[1, 0, ...]``,
 positions 0 and a reset at position 0; every other feature is zero (``""`` for strings, an
@@ -226,40 +230,55 @@ def _part_of_row(tokens: tf.Tensor, num_splits: int) -> tf.Tensor:
     return tf.where(cycle < num_splits, cycle, 2 * num_splits - 1 - cycle)
 
 
+def _split_rows(value, sizes: tf.Tensor, num_splits: int) -> list:
+    """``value`` cut along its rows into ``num_splits`` consecutive pieces of ``sizes``."""
+    if isinstance(value, tf.RaggedTensor):
+        ends = tf.cumsum(sizes)
+        starts = ends - sizes
+        return [value[starts[i]:ends[i]] for i in range(num_splits)]
+    return tf.split(value, sizes, axis=0, num=num_splits)
+
+
+def _real_parts(part: dict, num_rows: tf.Tensor, num_splits: int, balance: str,
+                layout: _Layout) -> list[dict]:
+    """The rows of each part: consecutive slices, or snake-dealt rows gathered in order."""
+    if balance == "tokens":
+        part_of_row = _part_of_row(row_tokens(part, layout), num_splits)
+        order = tf.argsort(part_of_row, stable=True)  # by part, original order within
+        sizes = tf.math.bincount(part_of_row, minlength=num_splits, maxlength=num_splits,
+                                 dtype=tf.int32)
+        part = {k: tf.gather(v, order) for k, v in part.items()}
+    else:
+        base, remainder = num_rows // num_splits, num_rows % num_splits
+        sizes = base + tf.cast(tf.range(num_splits) < remainder, tf.int32)
+    pieces = {k: _split_rows(v, sizes, num_splits) for k, v in part.items()}
+    return [{k: pieces[k][i] for k in part} for i in range(num_splits)]
+
+
 def _split(batch: dict, num_splits: int, balance: str, trim: bool, equal_rows: bool,
            layout: _Layout) -> tuple:
     num_rows = _num_rows(batch)
     part = dict(batch)
     part[WEIGHT_KEY] = (tf.ones([num_rows], tf.float32) if WEIGHT_KEY not in batch
                         else tf.cast(batch[WEIGHT_KEY], tf.float32))
-    roles = _roles(layout, part)
-    rows_per_part = 1
+    parts = _real_parts(part, num_rows, num_splits, balance, layout)
+    if trim:
+        parts = [_trim(p, layout) for p in parts]
     if equal_rows:
         rows_per_part = tf.maximum((num_rows + num_splits - 1) // num_splits, 1)
-    if balance == "tokens":
-        part_of_row = _part_of_row(row_tokens(batch, layout), num_splits)
+        needs_dummies = tf.logical_or(num_rows % num_splits > 0, num_rows == 0)
     else:
-        base, remainder = num_rows // num_splits, num_rows % num_splits
+        rows_per_part = 1
+        needs_dummies = num_rows < num_splits
+    roles = _roles(layout, part)
 
-    def real_rows(i):
-        if balance == "tokens":
-            rows = tf.reshape(tf.where(tf.equal(part_of_row, i)), [-1])
-            real = {k: tf.gather(v, rows) for k, v in part.items()}
-        else:
-            start = i * base + tf.minimum(i, remainder)
-            end = start + base + tf.cast(i < remainder, tf.int32)
-            real = {k: v[start:end] for k, v in part.items()}
-        return _trim(real, layout) if trim else real
+    def with_dummy_rows():
+        return tuple(_append_dummy_rows(p, tf.maximum(rows_per_part - _num_rows(p), 0), roles)
+                     for p in parts)
 
-    parts = []
-    for i in range(num_splits):
-        real = real_rows(i)
-        missing = tf.maximum(rows_per_part - _num_rows(real), 0)
-        parts.append(tf.cond(missing > 0,
-                             lambda real=real, missing=missing:
-                                 _append_dummy_rows(real, missing, roles),
-                             lambda real=real: real))
-    return tuple(parts)
+    # Both balances fill parts 0, 1, ... first, so only a batch with fewer rows than parts
+    # (or, with equal_rows, a remainder) needs dummy rows: the rare branch.
+    return tf.cond(needs_dummies, with_dummy_rows, lambda: tuple(parts))
 
 
 def split_batch(num_splits: int, *, balance: str = "examples", trim: bool = False,
