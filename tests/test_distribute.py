@@ -11,7 +11,7 @@ import tensorflow as tf
 from conftest import to_list
 
 from tfseq.distribute import (GlobalWeightedLoss, global_weighted_mean, mirrored_strategy,
-                              replica_dataset_fn, use_data_service)
+                              replica_dataset_fn, to_replicas, use_data_service)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -108,6 +108,15 @@ def test_mirrored_strategy_after_initialisation():
     assert mirrored_strategy(1).num_replicas_in_sync == 1
     with pytest.raises(RuntimeError, match="call mirrored_strategy before"):
         mirrored_strategy(3)
+
+
+def test_to_replicas_one_part_per_replica():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    values = to_replicas(strategy, ({"label": tf.constant([4, 5])},))
+    assert [v["label"].numpy().tolist() for v in
+            strategy.experimental_local_results(values)] == [[4, 5]]
+    with pytest.raises(ValueError, match="2 parts for 1 replicas"):
+        to_replicas(strategy, ({"label": tf.constant([1])}, {"label": tf.constant([2])}))
 
 
 @pytest.mark.parametrize("kwargs, error, match", [

@@ -143,7 +143,7 @@ def replica_dataset_fn(make_dataset: MakeDataset, batch_fn: BatchFn, *,
     if data_service is not None and shard_by != "files":
         raise ValueError("data_service shards through the service; use shard_by='files'. "
                          f"Received: shard_by={shard_by!r}, data_service={data_service!r}")
-    split_batch(1, balance=balance, trim=trim, equal_rows=equal_rows)  # checks balance and trim now, not at trace
+    split_batch(1, balance=balance, trim=trim, equal_rows=equal_rows)  # checks them now
 
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         local = _local_replicas(input_context)
@@ -172,6 +172,33 @@ def replica_dataset_fn(make_dataset: MakeDataset, batch_fn: BatchFn, *,
         return dataset.prefetch(tf.data.AUTOTUNE)
 
     return dataset_fn
+
+
+def to_replicas(strategy: tf.distribute.Strategy, parts: tuple):
+    """Hands part ``i`` of one split batch to replica ``i`` (one worker).
+
+    For loops that own a plain, checkpointable iterator over ``split_batch`` tuples instead of
+    a distributed dataset (e.g. a resumable trainer calling ``model.train_on_batch``)::
+
+        for parts in iterator:             # tuples of num_replicas parts, e.g. (x, y, w) each
+            x, y, w = tfseq.to_replicas(strategy, parts)
+            model.train_on_batch(x, y, sample_weight=w)
+
+    Args:
+      strategy: a single-worker strategy with ``len(parts)`` replicas.
+      parts: a tuple with one element (any nest of tensors) per replica.
+
+    Returns:
+      The per-replica values, with ``parts[0]``'s structure.
+
+    Raises:
+      ValueError: ``len(parts)`` differs from ``strategy.num_replicas_in_sync``.
+    """
+    if len(parts) != strategy.num_replicas_in_sync:
+        raise ValueError(f"Got {len(parts)} parts for {strategy.num_replicas_in_sync} replicas; "
+                         "split with num_splits=strategy.num_replicas_in_sync")
+    return strategy.experimental_distribute_values_from_function(
+        lambda context: parts[context.replica_id_in_sync_group])
 
 
 def _all_reduce_sum(value: tf.Tensor) -> tf.Tensor:
