@@ -20,6 +20,10 @@ from tfseq.corpus import corpus_path
 # --- packing
 
 # --- splitting and distribution
+from tfseq import distribute
+from tfseq.distribute import GlobalWeightedLoss, global_weighted_mean, replica_dataset_fn
+from tfseq.distribute import mirrored_strategy, to_replicas, use_data_service
+from tfseq.splitting import prefetch_to_device, split_batch
 
 # --- tbptt
 
