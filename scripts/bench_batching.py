@@ -54,6 +54,8 @@ flags.DEFINE_integer("max_tokens", 8192, "Budget: rows x padded length per batch
 flags.DEFINE_integer("max_length", 512, "Longer examples are dropped (same for every scheme).")
 flags.DEFINE_integer("epochs", 1, "Passes over the data per scheme.")
 flags.DEFINE_integer("pool_size", None, "tfseq pool size (default: the library default).")
+flags.DEFINE_list("extra_pool_sizes", [],
+                  "Also run tfseq with each of these pool sizes (one more row each).")
 flags.DEFINE_integer("seed", 0, "Seed for the shuffle and for tfseq.")
 flags.DEFINE_string("json_out", None, "Write the table here as JSON.")
 
@@ -132,6 +134,16 @@ def opennmt_buckets(s: Setting, width=8):
                                          window_size_func=window_size)
 
 
+def width1_buckets(s: Setting):
+    """group_by_window with one bucket per length, rows = budget // length (a candidate design)."""
+    def rows(length):
+        return s.max_tokens // tf.maximum(length, 1)
+
+    return lambda ds: ds.group_by_window(
+        lambda x: tf.cast(length_of(x), tf.int64), lambda key, w: w.padded_batch(rows(key)),
+        window_size_func=rows)
+
+
 def tfseq_buckets(s: Setting):
     return lambda ds: ds.apply(bucket_by_length(
         max_tokens=s.max_tokens, max_length=s.max_length, seed=s.seed, pool_size=s.pool_size))
@@ -149,6 +161,7 @@ SCHEMES = [
     ("plain padded_batch", plain),
     ("tf.data bucket_by_sequence_length", tf_data_buckets),
     ("OpenNMT-tf tokens, width 8", opennmt_buckets),
+    ("group_by_window, width 1", width1_buckets),
     ("tfseq bucket_by_length", tfseq_buckets),
     ("sorted epoch, unshuffled (reference)", sorted_epoch),
 ]
@@ -197,8 +210,12 @@ def main(argv):
     fewest = math.ceil(real_per_epoch / budget) * FLAGS.epochs
 
     setting = Setting(budget, max_length, FLAGS.seed, FLAGS.pool_size, n_kept)
+    schemes = list(SCHEMES)
+    for size in FLAGS.extra_pool_sizes:
+        at = dataclasses.replace(setting, pool_size=int(size))
+        schemes.append((f"tfseq, pool_size={int(size)}", lambda _, at=at: tfseq_buckets(at)))
     rows = []
-    for name, build in SCHEMES:
+    for name, build in schemes:
         (batches, n_rows, real, cells, max_cells), seconds = measure(data.apply(build(setting)))
         logging.info("%s: %d batches in %.1f s", name, batches, seconds)
         assert n_rows == n_kept * FLAGS.epochs and real == real_per_epoch * FLAGS.epochs, name
@@ -207,7 +224,7 @@ def main(argv):
             "padding_efficiency": real / cells, "batches_per_epoch": batches / FLAGS.epochs,
             "max_batch_cells": int(max_cells), "tokens_per_s": real / seconds,
         })
-    ref = next(r for r in rows if r["scheme"].startswith("tfseq"))
+    ref = next(r for r in rows if r["scheme"] == "tfseq bucket_by_length")
     for r in rows:
         r["steps_vs_tfseq"] = r["batches_per_epoch"] / ref["batches_per_epoch"]
         r["speed_vs_tfseq"] = r["tokens_per_s"] / ref["tokens_per_s"]
