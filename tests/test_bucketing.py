@@ -9,23 +9,8 @@ from conftest import to_list
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tfseq
 from tfseq.bucketing import bucket_by_length, fit_boundaries
-
-
-class Counter:
-    """The ``count(reason, n)`` interface of tfseq's drop counter, for these tests."""
-
-    def __init__(self):
-        self.variables = {}
-
-    def count(self, reason, n=1):
-        if reason not in self.variables:
-            with tf.init_scope():
-                self.variables[reason] = tf.Variable(0, dtype=tf.int64)
-        return self.variables[reason].assign_add(tf.cast(n, tf.int64))
-
-    def drops(self):
-        return {k: int(v.numpy()) for k, v in self.variables.items()}
 
 
 def examples(lengths):
@@ -142,7 +127,7 @@ def test_batch_multiple_rounds_rows_down():
 
 
 def test_too_long_dropped_and_counted():
-    counter = Counter()
+    counter = tfseq.DropCounter()
     ds = examples([1, 5, 2, 9, 4]).apply(
         bucket_by_length(max_tokens=8, max_length=4, shuffle=False, counter=counter))
     assert summary(to_list(ds)) == [([4, 2], [4, 2], [2, 4]), ([1], [0], [1, 1])]
@@ -150,7 +135,7 @@ def test_too_long_dropped_and_counted():
 
 
 def test_default_max_length_is_the_budget():
-    counter = Counter()
+    counter = tfseq.DropCounter()
     ds = examples([3, 7, 6]).apply(bucket_by_length(max_tokens=6, shuffle=False, counter=counter))
     assert [b["label"] for b in to_list(ds)] == [[2], [0]]
     assert counter.drops() == {"too_long": 1}
@@ -251,7 +236,7 @@ def test_shuffle_puts_longest_batch_anywhere():
 
 
 def test_repeated_dataset_emits_each_example_once_per_pool():
-    counter = Counter()
+    counter = tfseq.DropCounter()
     lengths = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]  # 9 kept: pool_size 9 makes each pool one epoch
     ds = examples(lengths).repeat().apply(
         bucket_by_length(max_tokens=12, max_length=8, pool_size=9, seed=1, counter=counter))
@@ -312,7 +297,7 @@ def _setups(draw):
 @given(lengths=_lengths(), setup=_setups())
 def test_budget_exactly_once_multiple_and_determinism(lengths, setup):
     kwargs, limit = setup
-    counter = Counter()
+    counter = tfseq.DropCounter()
     ds = examples(lengths).apply(bucket_by_length(counter=counter, **kwargs))
     out = to_list(ds)
     kept = [i for i, n in enumerate(lengths) if n <= limit]

@@ -52,41 +52,11 @@ from typing import Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tfseq._common import (LENGTH_SUFFIX, Transform, check_positive_int, example_length,
-                           sequence_keys)
+from tfseq._common import LENGTH_SUFFIX, Transform, check_positive_int, sequence_keys
+from tfseq.filtering import filter_by_length
+from tfseq.stats import DropCounter
 
 DEFAULT_POOL_SIZE = 32768
-TOO_LONG = "too_long"
-
-
-class _FallbackDropCounter:
-    """Drop counts kept until the foundation's ``tfseq.stats.DropCounter`` is wired in."""
-
-    def __init__(self):
-        self._drops: dict[str, tf.Variable] = {}
-
-    def count(self, reason: str, n=1):
-        if reason not in self._drops:
-            with tf.init_scope():
-                self._drops[reason] = tf.Variable(0, dtype=tf.int64, trainable=False)
-        return self._drops[reason].assign_add(tf.cast(n, tf.int64))
-
-    def drops(self) -> dict[str, int]:
-        return {k: int(v.numpy()) for k, v in sorted(self._drops.items())}
-
-
-_FALLBACK_COUNTER = _FallbackDropCounter()
-
-
-def _resolve_counter(counter):
-    """The counter to use: ``counter``, else the process-wide default."""
-    if counter is not None:
-        return counter
-    try:
-        from tfseq.stats import default_counter
-    except ImportError:
-        return _FALLBACK_COUNTER
-    return default_counter()
 
 
 def fit_boundaries(lengths, num_buckets: int) -> list[int]:
@@ -229,7 +199,7 @@ def bucket_by_length(
     pool_size: int | None = None,
     shuffle: bool = True,
     seed: int | None = None,
-    counter=None,
+    counter: DropCounter | None = None,
 ) -> Transform:
     """Transformation that batches examples of similar length under a token budget.
 
@@ -266,8 +236,8 @@ def bucket_by_length(
         ``False`` keeps the input order inside a bucket and emits longest first.
       seed: int, makes the order deterministic (a new order each pass over the dataset, the
         same sequence of orders on every run).
-      counter: object with ``count(reason, n)`` (``tfseq.DropCounter``) for the dropped
-        examples; defaults to the process-wide counter.
+      counter: ``tfseq.DropCounter`` where the dropped examples are counted (the
+        ``"too_long"`` reason of ``filter_by_length``); defaults to the process-wide counter.
 
     Returns:
       A ``dataset -> dataset`` function. Input: dict examples with 1-D integer sequence
@@ -345,6 +315,7 @@ def bucket_by_length(
 
     randomized = shuffle or length_noise > 0
     buckets = boundaries if boundaries is not None else bucket_width
+    too_long = filter_by_length(min_length=0, max_length=max_length, counter=counter)
 
     def padded_length(lengths):
         if pad_to_boundary:
@@ -354,16 +325,7 @@ def bucket_by_length(
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
         dataset = _unwrap_flat_ragged(dataset)
         keys = sequence_keys(dataset.element_spec, "bucket_by_length")
-        if max_length is not None:
-            drops = _resolve_counter(counter)
-
-            def keep(example):
-                too_long = example_length(example, keys) > max_length
-                with tf.control_dependencies([drops.count(TOO_LONG, tf.cast(too_long, tf.int64))]):
-                    return tf.logical_not(too_long)
-
-            dataset = dataset.filter(keep)
-
+        dataset = dataset.apply(too_long)
         pools = dataset.ragged_batch(pool_size, row_splits_dtype=tf.int32)
         if randomized:
             seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
