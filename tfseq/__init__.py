@@ -16,6 +16,7 @@ from tfseq.stats import BatchStats, DropCounter, default_counter, step_efficienc
 from tfseq.corpus import corpus_path
 
 # --- bucketing
+from tfseq.bucketing import bucket_by_length, fit_boundaries
 
 # --- packing
 
