@@ -172,6 +172,7 @@ def mixed_precision():
     keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
 def test_fit_on_ragged_dataset(policy, request):
     if policy == "mixed_float16":
