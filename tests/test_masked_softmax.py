@@ -51,6 +51,16 @@ def test_other_axis():
     np.testing.assert_allclose(y.numpy(), [[[0.25, 0.5], [0.75, 0.5], [0.0, 0.0]]], atol=1e-7)
 
 
+def test_lower_rank_mask_with_positive_axis():
+    logits = tf.constant([[[0.0, 5.0], [math.log(3.0), 5.0], [9.0, 5.0]]])  # [1, 3, 2]
+    y = masked_softmax(logits, tf.constant([[True], [True], [False]]), axis=1)  # mask [3, 1]
+    np.testing.assert_allclose(y.numpy(), [[[0.25, 0.5], [0.75, 0.5], [0.0, 0.0]]], atol=1e-7)
+    # mask [2]: column 1 is masked at every step, so its slice is empty -> zeros.
+    y = masked_softmax(logits, tf.constant([True, False]), axis=1)
+    np.testing.assert_allclose(y.numpy(), [[[1.2334891e-4, 0.0], [3.7004674e-4, 0.0],
+                                             [0.99950660, 0.0]]], atol=1e-6)
+
+
 @pytest.mark.parametrize("pad_value", [1e6, -1e6, 3e38, float("inf"), float("-inf"), float("nan")])
 def test_pad_logits_never_change_output_or_gradient(pad_value):
     mask = tf.constant([[True, True, False, False], [True, False, True, False]])
@@ -98,6 +108,13 @@ def test_half_precision_near_identical_logits_are_correctly_rounded(dtype):
     # 2**-8, so no bfloat16 result can be within 1e-3 of every float64 weight).
     y, _ = _value_and_grad([[1.0, 1.0625, 50.0]], tf.constant([[True, True, False]]), dtype)
     np.testing.assert_array_equal(y.astype(np.float64), [[0.484375, 0.515625, 0.0]])
+
+
+def test_valid_logits_at_the_lowest_float32():
+    lowest = float(np.finfo(np.float32).min)
+    y, g = _value_and_grad([[lowest, lowest, 0.0]], tf.constant([[True, True, False]]))
+    np.testing.assert_array_equal(y, [[0.5, 0.5, 0.0]])
+    assert np.isfinite(g).all()
 
 
 def test_pads_dominating():

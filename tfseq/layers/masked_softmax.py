@@ -5,12 +5,13 @@ logits are (huge, ``inf`` or ``NaN``), never produces NaN or Inf from finite val
 masked slice is all zeros, with zero gradients), and is safe in float16 and bfloat16:
 half-precision logits are normalised in float32 and the result is cast back.
 
-How: masked logits are replaced (``tf.where``, never arithmetic, so a pad's value cannot leak
-through ``0 * inf``) by the most negative finite value of the compute dtype, the fused
-``tf.nn.softmax`` kernel normalises (its max-subtraction keeps ``exp`` in range), and a final
-``tf.where`` writes exact zeros on masked positions, which also zeroes fully masked slices (whose
-softmax is uniform over pads). Gradients through ``tf.where`` are selected, not multiplied, so
-they are exactly 0 on masked positions and finite everywhere.
+How: masked logits are replaced by ``-inf`` with ``tf.where`` (a select, never arithmetic, so a
+pad's value cannot leak through ``0 * inf``), and the fused ``tf.nn.softmax`` kernel normalises:
+its max-subtraction keeps ``exp`` in range and ``exp(-inf) == 0`` gives pads exactly 0 for any
+finite valid logits. A slice with no valid position would be ``-inf`` everywhere (NaN), so when
+one exists (checked on the mask, cheap; ``tf.cond`` skips the work otherwise) those slices are
+softmaxed from zeros and then zeroed. Gradients through ``tf.where`` are selected, not
+multiplied, so they are exactly 0 on masked positions and finite everywhere.
 
 Shapes: B = batch, Tq = query time, Tk = key time.
 """
@@ -79,10 +80,28 @@ def masked_softmax(logits, mask, axis: int = -1):
             f"logits of shape {logits.shape}")
     compute = softmax_compute_dtype(logits.dtype)
     x = tf.cast(logits, compute)
-    x = tf.where(mask, x, tf.constant(compute.min, compute))
-    weights = tf.nn.softmax(x, axis=axis)
-    weights = tf.where(mask, weights, tf.zeros([], compute))
+    x = tf.where(mask, x, tf.constant(float("-inf"), compute))
+    has_valid = _any_valid(mask, axis, rank)
+    weights = tf.cond(
+        tf.reduce_all(has_valid),
+        lambda: tf.nn.softmax(x, axis=axis),
+        lambda: _softmax_with_empty_slices(x, mask, has_valid, axis))
     return tf.cast(weights, logits.dtype)
+
+
+def _any_valid(mask, axis, rank):
+    """bool, broadcastable to the logits: whether each slice along ``axis`` has a valid entry."""
+    if axis >= 0 and rank is not None:
+        axis -= rank  # count from the end: the mask may have a lower rank than the logits
+    if axis < 0 and mask.shape.rank is not None and mask.shape.rank < -axis:
+        return mask  # the mask is broadcast along `axis`: constant over each slice
+    return tf.reduce_any(mask, axis=axis, keepdims=True)
+
+
+def _softmax_with_empty_slices(x, mask, has_valid, axis):
+    """The rare branch: slices with no valid position become 0 (finite, no NaN on the way)."""
+    x = tf.where(has_valid, x, tf.zeros([], x.dtype))
+    return tf.where(mask, tf.nn.softmax(x, axis=axis), tf.zeros([], x.dtype))
 
 
 def _ragged_softmax(logits: tf.RaggedTensor, mask, axis: int) -> tf.RaggedTensor:
