@@ -250,7 +250,6 @@ def test_pooling_pads_never_matter(pad):
 
 def test_pooling_ragged_equals_lengths_equals_keras_mask():
     pool = AttentionPooling(units=4)
-    rt = tf.ragged.constant(RNG.standard_normal([5]).reshape(5, 1).tolist(), ragged_rank=1)
     rt = tf.RaggedTensor.from_row_lengths(tf.constant(RNG.standard_normal([6, 3]), tf.float32),
                                           [2, 0, 4])
     a = pool(rt).numpy()
