@@ -18,6 +18,7 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # --- tbptt
 
 # --- lod and multislot
+from tfseq import lod
 
 # --- layers
 from tfseq import layers
