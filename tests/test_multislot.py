@@ -11,6 +11,7 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import tfseq
 from conftest import to_list, to_python
 from tfseq import multislot
 from tfseq.multislot import Slot
@@ -22,26 +23,6 @@ GOOD_EXAMPLES = [
     {"click": [0], "words": [], "price": [2.0, -1.0]},
     {"click": [1], "words": [42], "price": [1000.0, 0.0]},
 ]
-
-
-class Counter:
-    """The DropCounter interface that multislot.read uses (register, count, drops)."""
-
-    def __init__(self):
-        self._vars = {}
-
-    def register(self, *reasons):
-        for reason in reasons:
-            if reason not in self._vars:
-                with tf.init_scope():
-                    self._vars[reason] = tf.Variable(0, dtype=tf.int64, trainable=False)
-
-    def count(self, reason, n=1):
-        self.register(reason)
-        return self._vars[reason].assign_add(tf.cast(n, tf.int64))
-
-    def drops(self):
-        return {k: int(v.numpy()) for k, v in sorted(self._vars.items())}
 
 
 def _write(path, lines):
@@ -66,7 +47,7 @@ def test_worked_example_examples(tmp_path):
 @pytest.mark.parametrize("on_error", ["raise", "drop"])
 def test_worked_example_batched(tmp_path, on_error):
     ds = multislot.read(_write(tmp_path / "a.txt", GOOD), SLOTS, batch_size=2, on_error=on_error,
-                        counter=Counter())
+                        counter=tfseq.DropCounter())
     assert isinstance(ds.element_spec["words"], tf.RaggedTensorSpec)
     assert ds.element_spec["click"] == tf.TensorSpec([None, 1], tf.int64)
     assert ds.element_spec["price"] == tf.TensorSpec([None, 2], tf.float32)
@@ -149,7 +130,7 @@ def test_drop_counts_every_reason(tmp_path):
     for i, (bad, _, _) in enumerate(BAD_LINES):
         lines += [GOOD[i % 3], bad]
     path = _write(tmp_path / "part-0.txt", lines)
-    counter = Counter()
+    counter = tfseq.DropCounter()
     ds = multislot.read(path, SLOTS, on_error="drop", counter=counter, parse_batch_size=5)
     assert to_list(ds) == (GOOD_EXAMPLES * 5)[:len(BAD_LINES)]
     assert counter.drops() == {"bad_count": 2, "count_too_large": 2, "dense_size": 2,
@@ -220,7 +201,7 @@ def test_exactly_once_across_files_and_readers(tmp_path_factory, files, parallel
              for i, lines in enumerate(files)]
     if not paths:
         return
-    counter = Counter()
+    counter = tfseq.DropCounter()
     slots = [Slot("key", "uint64", "dense", ()), Slot("ids")]
     ds = multislot.read(paths, slots, on_error="drop", counter=counter, batch_size=batch_size,
                         num_parallel_reads=parallel, deterministic=deterministic,

@@ -55,7 +55,9 @@ from typing import Sequence
 import tensorflow as tf
 from absl import logging
 
-from tfseq._common import check_positive_int
+from tfseq._common import check_positive_int, unbatch_examples
+from tfseq.reading import resolve_files, verify_gzip
+from tfseq.stats import resolve_counter
 
 __all__ = ["Slot", "REASONS", "PipeCommandError", "parse", "read", "run_pipe_command",
            "format_line"]
@@ -298,19 +300,6 @@ def run_pipe_command(pipe_command: Sequence[str], path: str, out_path: str) -> N
                                f"on file {path!r}" + (f": {stderr}" if stderr else ""))
 
 
-def _resolve(patterns) -> list[str]:
-    if isinstance(patterns, (str, os.PathLike)):
-        patterns = [patterns]
-    files = []
-    for pattern in patterns:
-        pattern = os.fspath(pattern)
-        matched = sorted(tf.io.gfile.glob(pattern))
-        if not matched:
-            raise FileNotFoundError(f"No file matches the pattern {pattern!r}")
-        files.extend(m for m in matched if m not in files)
-    return files
-
-
 def _piped(files, pipe_command, pipe_dir, workers):
     argv = _check_argv(pipe_command)
     if shutil.which(argv[0]) is None:
@@ -327,11 +316,6 @@ def _piped(files, pipe_command, pipe_dir, workers):
         for future in [pool.submit(run_pipe_command, argv, f, o) for f, o in zip(files, outputs)]:
             future.result()
     return outputs
-
-
-@tf.autograph.experimental.do_not_convert
-def _identity(example):
-    return tf.nest.map_structure(tf.identity, example)
 
 
 def format_line(slots, values: dict) -> str:
@@ -366,7 +350,8 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
       on_error: ``"raise"``: a malformed line stops iteration with
         ``tf.errors.InvalidArgumentError`` naming file, line number, slot and reason;
         ``"drop"``: it is dropped and counted by reason (``REASONS``) in ``counter``.
-      counter: a ``tfseq.DropCounter`` for ``on_error="drop"`` (default: the process-wide one).
+      counter: a ``tfseq.DropCounter`` for ``on_error="drop"`` (default: the process-wide one);
+        every reason in ``REASONS`` is registered, so it is reported even at 0.
       batch_size: ``None`` yields one example per line (sparse slots ``[(n)]``, dense slots
         ``shape``); an int yields batches (sparse: RaggedTensor ``[B, (n)]``; dense
         ``[B, *shape]``), the last one smaller.
@@ -386,6 +371,7 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
 
     Raises:
       FileNotFoundError: a pattern matches nothing, or the pipe command is not found.
+      ValueError: a truncated or corrupt gzip file (checked before the graph runs).
       PipeCommandError: the pipe command fails on a file.
       TypeError / ValueError: bad arguments (named in the message).
     """
@@ -397,10 +383,9 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
     check_positive_int("parse_batch_size", parse_batch_size)
     if compression not in (None, "", "GZIP"):
         raise ValueError(f"compression must be None, '' or 'GZIP'; received {compression!r}")
-    if on_error == "drop" and counter is None:
-        from tfseq.stats import default_counter
-        counter = default_counter()
-    files = _resolve(patterns)
+    if on_error == "drop":
+        counter = resolve_counter(counter)
+    files = resolve_files(patterns)
     cycle = num_parallel_reads or min(len(files), 16)
     names = list(files)
     if pipe_command is not None:
@@ -410,6 +395,9 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
     else:
         kinds = [("GZIP" if f.endswith(".gz") else "") if compression is None else compression
                  for f in files]
+        for path, kind in zip(files, kinds):
+            if kind == "GZIP":
+                verify_gzip(path)
 
     @tf.autograph.experimental.do_not_convert
     def read_file(name, path, kind):
@@ -449,8 +437,7 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
                                 deterministic=deterministic)
     if chunk == batch_size:
         return ds
-    # Unbatching gives sparse slots a ragged spec of ragged_rank 0; identity makes them Tensors.
-    ds = ds.unbatch().map(_identity)
+    ds = unbatch_examples(ds)
     if batch_size:
         ds = ds.ragged_batch(batch_size)
     return ds
