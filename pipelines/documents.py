@@ -82,18 +82,17 @@ def group_runs(dataset: tf.data.Dataset) -> tf.data.Dataset:
         current, texts = state
         key, text = element
         flush = tf.logical_and(tf.not_equal(key, current), tf.size(texts) > 0)
-        texts_next = tf.cond(flush, lambda: tf.reshape(text, [1]),
-                             lambda: tf.concat([texts, tf.reshape(text, [1])], 0))
-        return (key, texts_next), (flush, current, texts)
+        kept = texts[:tf.where(flush, 0, tf.size(texts))]
+        return (key, tf.concat([kept, tf.reshape(text, [1])], 0)), (flush, current, texts)
+
+    def flushed(flush, key, texts):
+        return flush
+
+    def run(flush, key, texts):
+        return key, texts
 
     initial = (tf.constant(_END_KEY), tf.zeros([0], tf.string))
-    runs = dataset.concatenate(end).scan(initial, step)
-    return runs.filter(lambda flush, key, texts: flush).map(lambda flush, key, texts: (key, texts))
-
-
-def _strip_bom(line):
-    bom = b"\xef\xbb\xbf"
-    return tf.where(tf.strings.substr(line, 0, 3) == bom, tf.strings.substr(line, 3, -1), line)
+    return dataset.concatenate(end).scan(initial, step).filter(flushed).map(run)
 
 
 def read_documents(patterns, *, num_parallel_reads: int | None = None,
@@ -109,8 +108,8 @@ def read_documents(patterns, *, num_parallel_reads: int | None = None,
       counter: ``DropCounter`` whose ``seen()`` gets ``lines_read`` (default: the process one).
 
     Returns:
-      Dataset of ``{"key": tf.string "<file>:<n>" (n = 0-based document index in the file),
-      "sentences": tf.string [(S)]}``, S >= 1.
+      Dataset of ``{"key": tf.string "<file>:<line>" (the 1-based line number of the
+      document's first line), "sentences": tf.string [(S)]}``, S >= 1.
 
     Raises:
       FileNotFoundError: a pattern matches nothing. ValueError: a truncated gzip file.
@@ -126,16 +125,21 @@ def read_documents(patterns, *, num_parallel_reads: int | None = None,
 
     def one_file(path, kind):
         lines = tf.data.TextLineDataset(path, compression_type=kind).apply(lines_read)
-        lines = lines.map(lambda line: tf.strings.strip(_strip_bom(line)))
+        lines = lines.map(lambda line: tf.strings.strip(tf.strings.regex_replace(line, "^\ufeff", "")))
 
-        def number(count, line):
+        def number(state, line):
+            line_number, start = state
+            line_number += 1
             blank = tf.equal(line, "")
-            return count + tf.cast(blank, tf.int64), (count, line, blank)
+            start = tf.where(blank, tf.constant(0, tf.int64),
+                             tf.where(tf.equal(start, 0), line_number, start))
+            return (line_number, start), (start, line, blank)
 
-        numbered = lines.scan(tf.constant(0, tf.int64), number)
-        numbered = numbered.filter(lambda n, line, blank: tf.logical_not(blank))
-        keyed = numbered.map(lambda n, line, blank: (
-            tf.strings.join([path, ":", tf.strings.as_string(n)]), line))
+        zero = tf.constant(0, tf.int64)
+        numbered = lines.scan((zero, zero), number)
+        numbered = numbered.filter(lambda start, line, blank: tf.logical_not(blank))
+        keyed = numbered.map(lambda start, line, blank: (
+            tf.strings.join([path, ":", tf.strings.as_string(start)]), line))
         return group_runs(keyed)
 
     cycle = num_parallel_reads or min(len(files), 16)
@@ -219,11 +223,11 @@ def write_documents(path: str, corpus_path: str | None = None) -> int:
 def labelled_documents(config: Config, counter: tfseq.DropCounter) -> tf.data.Dataset:
     """``{"key", "sentences", "label"}`` from ``config.files`` (label line first) or the corpus."""
     if not config.files:
-        return corpus_documents(counter=counter)
+        return corpus_documents(counter=counter).apply(counter.tally("documents"))
     counter.register("unknown_label")
     names = _table(list(config.class_names), list(range(len(config.class_names))))
     docs = read_documents(list(config.files), num_parallel_reads=config.num_parallel_reads,
-                          counter=counter)
+                          counter=counter).apply(counter.tally("documents"))
     docs = docs.map(lambda d: {"key": d["key"], "sentences": d["sentences"][1:],
                                "label": names.lookup(d["sentences"][0])})
     # A document that is only a label line has no sentence: counted with unknown_label.
@@ -237,7 +241,7 @@ def _in_eval(key, eval_percent):
 
 def split_documents(config: Config, split: str, counter: tfseq.DropCounter) -> tf.data.Dataset:
     """The labelled documents of one split (a stable hash of the key decides), counted."""
-    docs = labelled_documents(config, counter).apply(counter.tally("documents"))
+    docs = labelled_documents(config, counter)
     counter.register("other_split")
     want_eval = split == "eval"
     return docs.filter(lambda d: counter.keep_if({
