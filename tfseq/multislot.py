@@ -350,8 +350,10 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
       on_error: ``"raise"``: a malformed line stops iteration with
         ``tf.errors.InvalidArgumentError`` naming file, line number, slot and reason;
         ``"drop"``: it is dropped and counted by reason (``REASONS``) in ``counter``.
-      counter: a ``tfseq.DropCounter`` for ``on_error="drop"`` (default: the process-wide one);
-        every reason in ``REASONS`` is registered, so it is reported even at 0.
+      counter: a ``tfseq.DropCounter``: ``seen()["lines_read"]`` counts the lines read and, with
+        ``on_error="drop"``, ``drops()`` the dropped lines by reason (every reason in
+        ``REASONS`` is registered, so it is reported even at 0). Default with ``"drop"``: the
+        process-wide counter; with ``"raise"``: none.
       batch_size: ``None`` yields one example per line (sparse slots ``[(n)]``, dense slots
         ``shape``); an int yields batches (sparse: RaggedTensor ``[B, (n)]``; dense
         ``[B, *shape]``), the last one smaller.
@@ -399,9 +401,13 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
             if kind == "GZIP":
                 verify_gzip(path)
 
+    lines_read = counter.tally("lines_read") if counter is not None else None
+
     @tf.autograph.experimental.do_not_convert
     def read_file(name, path, kind):
         lines = tf.data.TextLineDataset(path, compression_type=kind)
+        if counter is not None:
+            lines = lines.apply(lines_read)
         return lines.enumerate(start=1).map(lambda i, line: (name, i, line))
 
     file_ds = tf.data.Dataset.from_tensor_slices((names, files, kinds))
