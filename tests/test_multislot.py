@@ -137,6 +137,13 @@ def test_drop_counts_every_reason(tmp_path):
                                "extra_tokens": 1, "missing_slot": 2, "non_numeric": 5}
 
 
+def test_drop_keeps_batches_full(tmp_path):
+    path = _write(tmp_path / "a.txt", [GOOD[0], "1 1", GOOD[1], GOOD[2], GOOD[0], GOOD[1]])
+    ds = multislot.read(path, SLOTS, on_error="drop", counter=tfseq.DropCounter(),
+                        batch_size=2, parse_batch_size=2)
+    assert [to_python(b["words"]) for b in ds] == [[[7, 8, 9], []], [[42], [7, 8, 9]], [[]]]
+
+
 def test_raise_names_second_file_with_parallel_reads(tmp_path):
     a = _write(tmp_path / "a.txt", GOOD * 3)
     b = _write(tmp_path / "b.txt", [GOOD[0], GOOD[1], GOOD[2], GOOD[0], "1 1 3 7 8 9"])
@@ -218,6 +225,7 @@ def test_exactly_once_across_files_and_readers(tmp_path_factory, files, parallel
     assert sorted(got) == sorted(want)
     want_drops = collections.Counter(bad for _, _, bad in lines if bad)
     assert counter.drops() == {**_no_drops(), **want_drops}
+    assert counter.seen() == {"lines_read": len(lines)}
 
 
 def test_pipe_command_success(tmp_path):

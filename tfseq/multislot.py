@@ -417,7 +417,9 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
     details = tf.constant(_detail_table(slots))
     if on_error == "drop":
         counter.register(*REASONS)
-    chunk = batch_size if (batch_size and on_error == "raise") else parse_batch_size
+    # Raising never changes a chunk's size, so chunks can be the batches themselves.
+    direct = bool(batch_size) and on_error == "raise"
+    chunk = batch_size if direct else parse_batch_size
 
     @tf.autograph.experimental.do_not_convert
     def parse_chunk(name, line_number, line):
@@ -441,7 +443,7 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
 
     ds = lines.batch(chunk).map(parse_chunk, num_parallel_calls=tf.data.AUTOTUNE,
                                 deterministic=deterministic)
-    if chunk == batch_size:
+    if direct:
         return ds
     ds = unbatch_examples(ds)
     if batch_size:
