@@ -10,6 +10,8 @@ import importlib
 
 TASKS = {
     "classify": ("pipelines.classify", "models.classifier"),
+    "lm": ("pipelines.lm", "models.lm"),
+    "translate": ("pipelines.translate", "models.translate"),
 }
 
 
