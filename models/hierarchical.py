@@ -7,8 +7,9 @@ Input: ``{"ids": int32 RaggedTensor [B, (S), (W)]}`` (``pipelines.documents``).
    masked GRU; its final state is the sentence vector ``[N, H]``.
 2. The sentence vectors go back into their documents with the batch's own row splits (the
    LoD level-0 offsets): ``[B, (S), H]``, padded to ``[B, S_max, H]`` with a mask.
-3. Sentence level: a masked GRU over the sentences, then attention pooling whose weights are
-   ``tfseq.masked_softmax`` (padding sentences get exactly 0), then a softmax classifier.
+3. Sentence level: a masked GRU over the sentences, then ``tfseq.layers.AttentionPooling``
+   (weights from ``tfseq.masked_softmax``: padding sentences get exactly 0), then a softmax
+   classifier.
 
 No step sees a padding word or sentence: padding is at most one sentence length per
 sentence and one document length per document, never the product.
@@ -21,7 +22,7 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from tfseq.layers.masked_softmax import masked_softmax
+from tfseq.layers import AttentionPooling
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,27 +72,6 @@ class SentenceEncoder(keras.layers.Layer):
                 "embedding_dim": self.embedding_dim, "units": self.units}
 
 
-@keras.saving.register_keras_serializable(package="tfseq")
-class AttentionPooling(keras.layers.Layer):
-    """``[values [B, S, D], valid bool [B, S]]`` -> ``[B, D]``: a learned query over real steps."""
-
-    def build(self, input_shape):
-        self.score = keras.layers.Dense(1, use_bias=False, name="score")
-        self.score.build(input_shape[0])
-
-    def call(self, inputs):
-        values, valid = inputs
-        logits = tf.squeeze(self.score(values), -1)                # [B, S]
-        weights = tf.cast(masked_softmax(logits, valid), values.dtype)
-        return tf.einsum("bs,bsd->bd", weights, values)
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0][0], input_shape[0][-1])
-
-    def compute_mask(self, inputs, mask=None):
-        return None
-
-
 def build_model(config, info, model_config: ModelConfig = ModelConfig()) -> keras.Model:
     """A compiled hierarchical classifier over ``info["vocab"]``, ``info["num_classes"]``."""
     ids = keras.Input(shape=(None, None), dtype="int32", ragged=True, name="ids")
@@ -100,7 +80,7 @@ def build_model(config, info, model_config: ModelConfig = ModelConfig()) -> kera
     x = keras.layers.Dropout(model_config.dropout)(sentences)
     x = keras.layers.GRU(model_config.sentence_units, return_sequences=True,
                          name="sentence_gru")(x, mask=mask)
-    x = AttentionPooling(name="pool")([x, mask])
+    x = AttentionPooling(name="pool")(x, mask=mask)
     logits = keras.layers.Dense(info["num_classes"], dtype="float32", name="logits")(x)
     model = keras.Model({"ids": ids}, logits, name="hierarchical_classifier")
     model.compile(
