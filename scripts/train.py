@@ -81,7 +81,7 @@ def build_config(pipeline):
             value = tuple(int(b) for b in value)
         values[field] = value
     config = dataclasses.replace(pipeline.Config(), **values)
-    batching = getattr(config, "batching", None)
+    batching = getattr(config, "batching", "pad")
     if FLAGS["batch_size"].present and batching != "pad":
         raise app.UsageError(f"--batch_size applies to --batching=pad, not --batching={batching} "
                              "(use --max_tokens for a token budget)")
