@@ -18,6 +18,8 @@ from tfseq.corpus import corpus_path
 # --- bucketing
 
 # --- packing
+from tfseq.packing import pack, unpack
+from tfseq.packed_targets import lm_targets, packed_weights
 
 # --- splitting and distribution
 

@@ -53,7 +53,9 @@ then the pool's examples in arrival order, each placed if it fits (greedy first 
 tf ops), so the oldest examples leave first and the input order (its shuffle) is kept up to the
 window. Everything runs in the tf.data graph (``Dataset.scan``); memory is bounded by the pool
 plus one carried piece per lane. Every example is emitted exactly once per epoch; ``unpack``
-turns packed batches back into examples. Only the last batch of an epoch has fewer rows.
+turns packed batches back into examples. Batches have B rows, except those built after the input
+ends, which drop their trailing empty rows (a row may stay empty before a row still carrying a
+split example, so that every lane keeps its index).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfseq._common import Transform, check_positive_int, require_dict_spec, sequence_keys
+from tfseq.stats import resolve_counter
 
 SEGMENT_IDS_SUFFIX = "_segment_ids"
 POSITIONS_SUFFIX = "_positions"
@@ -98,7 +101,7 @@ def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None
       A ``dataset -> dataset`` function. The input holds unbatched dict examples (1-D integer
       sequence features and scalar features); the output holds packed batches as described
       in the module docstring, ``[B, T]`` per sequence key and ``[B, S]`` per scalar key, with
-      ``B`` = rows per batch except in the last batch.
+      ``B`` = rows per batch, fewer only in the batches built after the input ends.
 
     Raises:
       TypeError: an argument has the wrong type, or the elements are not dicts.
@@ -151,7 +154,6 @@ def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None
             blocks = [block_length[k] for k in seq_keys]
         else:
             blocks = [block_length] * len(seq_keys)
-        from tfseq.stats import resolve_counter  # pylint: disable=import-outside-toplevel
         dataset = dataset.apply(
             _apply_long_policy(seq_keys, blocks, long_examples, resolve_counter(counter)))
         packer = _Packer(seq_keys, blocks, scalar_keys, spec, rows, segments, window)
@@ -202,9 +204,10 @@ def _apply_long_policy(seq_keys, blocks, long_examples, counter) -> Transform:
         return example
 
     def apply(dataset):
-        dataset = dataset.filter(keep)
+        plain = tf.autograph.experimental.do_not_convert
+        dataset = dataset.filter(plain(keep))
         if long_examples != "drop":
-            dataset = dataset.map(cut_or_mark)
+            dataset = dataset.map(plain(cut_or_mark))
         return dataset
 
     return apply
@@ -238,6 +241,15 @@ class _Packer:
         self.rows = rows
         self.segments = segments
         self.threshold = window * rows * max(blocks)
+        pool_spec = tuple(tf.nest.map_structure(
+            lambda shape, dtype: tf.TensorSpec(shape, dtype), self._pool_shapes(),
+            self._pool_dtypes()))
+        carry_spec = tuple(tf.nest.map_structure(
+            lambda shape, dtype: tf.TensorSpec(shape, dtype), self._carry_shapes(),
+            self._pool_dtypes()))
+        # Traced once, whatever the scan's own retracing.
+        self._build = tf.function(self._build_batch, input_signature=(pool_spec, carry_spec),
+                                  autograph=False)
 
     # ----- the dataset plumbing
 
@@ -307,7 +319,7 @@ class _Packer:
             return ready(pool, carry)
 
         def body(i, pool, carry, out_arrays, rows_array):
-            batch, num_rows, pool, carry = self._build_batch(pool, carry)
+            batch, num_rows, pool, carry = self._build(pool, carry)
             out_arrays = {k: out_arrays[k].write(i, v) for k, v in batch.items()}
             rows_array = rows_array.write(i, num_rows)
             return i + 1, pool, carry, out_arrays, rows_array
@@ -330,6 +342,9 @@ class _Packer:
         for key, dtype in zip(self.scalar_keys, self.scalar_dtypes):
             sig[key] = (dtype, [self.rows, self.segments])
         return sig
+
+    def _pool_dtypes(self):
+        return (tuple(self.seq_dtypes), tf.int32, tuple(self.scalar_dtypes))
 
     def _pool_shapes(self):
         num = len(self.seq_keys)
