@@ -197,6 +197,9 @@ def _pipeline(mode, block, rows, window):
 
 
 def _check_batch_layout(batches, block, rows):
+    sizes = [b["ids"].shape[0] for b in batches]
+    for before, after in zip(sizes, sizes[1:]):
+        assert before == rows or after <= before, f"lanes keep their index: {sizes}"
     for b in batches:
         seg, pos, res, ids = (b["ids_segment_ids"], b["ids_positions"], b["ids_resets"], b["ids"])
         assert seg.shape[1] == block and 1 <= seg.shape[0] <= rows

@@ -321,7 +321,8 @@ class _Packer:
         def body(i, pool, carry, out_arrays, rows_array):
             batch, num_rows, pool, carry = self._build(pool, carry)
             out_arrays = {k: out_arrays[k].write(i, v) for k, v in batch.items()}
-            rows_array = rows_array.write(i, num_rows)
+            # Before the input ends every batch keeps all B rows, so lanes keep their index.
+            rows_array = rows_array.write(i, tf.where(final, num_rows, self.rows))
             return i + 1, pool, carry, out_arrays, rows_array
 
         _, pool, carry, out_arrays, rows_array = tf.while_loop(
@@ -365,7 +366,8 @@ class _Packer:
         First, rows take the oldest examples in order, one row after the other (a long example
         in split mode ends its row with its first piece); a row gives its last example back
         when it would leave a gap shorter than any example. Then the gaps are filled by best
-        fit (the largest example that leaves no gap or a fillable one) from the rest.
+        fit (the largest example that leaves no gap or a fillable one) from the rest; a row
+        that no example fits whole starts the oldest long example that can start there.
 
         Args:
           lengths: int32 ``[P, F]``, the pool examples' lengths, oldest first.
@@ -403,7 +405,8 @@ class _Packer:
                   & is_open)
             num = tf.reduce_sum(tf.cast(ok, tf.int32))
             left = gap - (starts[p + num] - base)
-            give_back = (num > 0) & tf.reduce_any((left > 0) & (left < smallest))
+            give_back = ((num > 0) & tf.reduce_any((left > 0) & (left < smallest))
+                         & tf.logical_not(long_pad[p + num]))
             num -= tf.cast(give_back, tf.int32)
             q = p + num
             left = gap - (starts[q] - base)
@@ -449,16 +452,22 @@ class _Packer:
         size = tf.reduce_sum(lengths, axis=1)
         rows = tf.range(self.rows)
 
-        def fill_gaps(placed_any, row_of, seg_of, start_of, take_of, fill, nseg):
+        def fill_gaps(placed_any, row_of, seg_of, start_of, take_of, fill, nseg, row_open):
             gap = blocks - fill
-            avail = (row_of < 0) & short
-            fits = (avail[None, :] & (row_open & (nseg < self.segments))[:, None]
+            unplaced = row_of < 0
+            can_take = (row_open & (nseg < self.segments))[:, None]
+            fits = (can_take & (unplaced & short)[None, :]
                     & tf.reduce_all(lengths[None] <= gap[:, None], axis=2))
             left = gap[:, None] - lengths[None]
             clean = fits & tf.reduce_all((left == 0) | (left >= smallest), axis=2)
             candidates = tf.where(tf.reduce_any(clean, axis=1, keepdims=True), clean, fits)
-            score = tf.concat([tf.where(candidates, size[None], -1),
-                               tf.fill([self.rows, 1], -1)], 1)
+            # A row that no short example fits starts the oldest long one that can start.
+            starts_long = (can_take & (unplaced & is_long)[None, :]
+                           & tf.reduce_all((lengths[None] == 0) | (gap[:, None] > 0), axis=2))
+            no_short = tf.logical_not(tf.reduce_any(fits, axis=1, keepdims=True))
+            oldest = tf.cast(num_pool - index, tf.int32)[None, :]
+            score = tf.where(candidates, size[None], tf.where(starts_long & no_short, oldest, -1))
+            score = tf.concat([score, tf.fill([self.rows, 1], -1)], 1)
             choice = tf.argmax(score, axis=1, output_type=tf.int32)
             wants = tf.reduce_max(score, axis=1) >= 0
             claim = tf.where(wants, choice, num_pool)
@@ -466,20 +475,24 @@ class _Packer:
             won = wants & (tf.gather(winner, claim) == rows)
             won_rows = tf.cast(tf.where(won)[:, 0], tf.int32)
             won_items = tf.gather(choice, won_rows)[:, None]
-            item_len = tf.gather(lengths, won_items[:, 0])
+            take = tf.minimum(tf.gather(lengths, won_items[:, 0]), tf.gather(gap, won_rows))
             row_of = tf.tensor_scatter_nd_update(row_of, won_items, won_rows)
             seg_of = tf.tensor_scatter_nd_update(seg_of, won_items,
                                                  tf.gather(nseg, won_rows) + 1)
             start_of = tf.tensor_scatter_nd_update(start_of, won_items,
                                                    tf.gather(fill, won_rows))
-            take_of = tf.tensor_scatter_nd_update(take_of, won_items, item_len)
-            fill = tf.tensor_scatter_nd_add(fill, won_rows[:, None], item_len)
+            take_of = tf.tensor_scatter_nd_update(take_of, won_items, take)
+            fill = tf.tensor_scatter_nd_add(fill, won_rows[:, None], take)
             nseg = tf.tensor_scatter_nd_add(nseg, won_rows[:, None], tf.ones_like(won_rows))
-            return tf.reduce_any(won), row_of, seg_of, start_of, take_of, fill, nseg
+            closes = tf.gather(is_long, won_items[:, 0])
+            row_open = tf.tensor_scatter_nd_update(row_open, won_rows[:, None],
+                                                   tf.logical_not(closes))
+            return (tf.reduce_any(won), row_of, seg_of, start_of, take_of, fill, nseg,
+                    row_open)
 
-        _, row_of, seg_of, start_of, take_of, _, _ = tf.while_loop(
+        _, row_of, seg_of, start_of, take_of, _, _, _ = tf.while_loop(
             lambda placed_any, *_: placed_any, fill_gaps,
-            (num_pool > 0, row_of, seg_of, start_of, take_of, fill, nseg))
+            (num_pool > 0, row_of, seg_of, start_of, take_of, fill, nseg, row_open))
         return row_of, seg_of, start_of, take_of, carry_piece
 
     def _build_batch(self, pool, carry):
