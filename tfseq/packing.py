@@ -75,7 +75,7 @@ PACKED_SUFFIXES = (SEGMENT_IDS_SUFFIX, POSITIONS_SUFFIX, RESETS_SUFFIX)
 LONG_EXAMPLES = ("split", "truncate", "drop")
 
 # Examples move from the input into the pool this many at a time.
-_GROUP_SIZE = 64
+_GROUP_SIZE = 128
 
 
 def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None,
@@ -154,9 +154,8 @@ def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None
             blocks = [block_length[k] for k in seq_keys]
         else:
             blocks = [block_length] * len(seq_keys)
-        dataset = dataset.apply(
-            _apply_long_policy(seq_keys, blocks, long_examples, resolve_counter(counter)))
-        packer = _Packer(seq_keys, blocks, scalar_keys, spec, rows, segments, window)
+        packer = _Packer(seq_keys, blocks, scalar_keys, spec, rows, segments, window,
+                         long_examples, resolve_counter(counter))
         return packer(dataset)
 
     return apply
@@ -178,41 +177,6 @@ def _check_features(spec, seq_keys) -> list[str]:
     return scalar_keys
 
 
-def _apply_long_policy(seq_keys, blocks, long_examples, counter) -> Transform:
-    """Counts (and drops, cuts or marks) empty and too-long examples before packing."""
-    blocks_t = tf.constant(blocks, tf.int32)
-    reason = {"split": "split", "truncate": "truncated", "drop": "too_long"}[long_examples]
-    counter.register("empty", reason)
-
-    def lengths(example):
-        return tf.stack([tf.size(example[k], out_type=tf.int32) for k in seq_keys])
-
-    def keep(example):
-        length = lengths(example)
-        checks = {"empty": tf.reduce_all(length == 0)}
-        if long_examples == "drop":
-            checks["too_long"] = tf.reduce_any(length > blocks_t)
-        return counter.keep_if(checks)
-
-    def cut_or_mark(example):
-        is_long = tf.reduce_any(lengths(example) > blocks_t)
-        with tf.control_dependencies([counter.count(reason, tf.cast(is_long, tf.int64))]):
-            example = {k: tf.identity(v) for k, v in example.items()}
-        if long_examples == "truncate":
-            for key, block in zip(seq_keys, blocks):
-                example[key] = example[key][:block]
-        return example
-
-    def apply(dataset):
-        plain = tf.autograph.experimental.do_not_convert
-        dataset = dataset.filter(plain(keep))
-        if long_examples != "drop":
-            dataset = dataset.map(plain(cut_or_mark))
-        return dataset
-
-    return apply
-
-
 def _gather_spans(values: tf.Tensor, starts: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
     """Concatenation of ``values[starts[i]:starts[i] + lengths[i]]`` over i (1-D tensors)."""
     index = tf.ragged.range(starts, starts + lengths)
@@ -232,7 +196,8 @@ class _Packer:
     carried scalars ``[B]``.
     """
 
-    def __init__(self, seq_keys, blocks, scalar_keys, spec, rows, segments, window):
+    def __init__(self, seq_keys, blocks, scalar_keys, spec, rows, segments, window,
+                 long_examples, counter):
         self.seq_keys = list(seq_keys)
         self.blocks = list(blocks)
         self.scalar_keys = list(scalar_keys)
@@ -241,6 +206,10 @@ class _Packer:
         self.rows = rows
         self.segments = segments
         self.threshold = window * rows * max(blocks)
+        self.long_examples = long_examples
+        self.counter = counter
+        self.reason = {"split": "split", "truncate": "truncated", "drop": "too_long"}[long_examples]
+        counter.register("empty", self.reason)
         pool_spec = tuple(tf.nest.map_structure(
             lambda shape, dtype: tf.TensorSpec(shape, dtype), self._pool_shapes(),
             self._pool_dtypes()))
@@ -273,12 +242,30 @@ class _Packer:
         return batches.flat_map(plain(slices)).map(plain(self._trim))
 
     def _flatten_group(self, group):
+        """A ragged batch of examples -> (values, lengths, scalars), long-example policy applied.
+
+        Empty examples are dropped; long ones are counted and dropped, truncated or kept whole
+        (split later), per ``long_examples``; all counted in one update per group.
+        """
         ragged = [group[k] if isinstance(group[k], tf.RaggedTensor)
                   else tf.RaggedTensor.from_tensor(group[k]) for k in self.seq_keys]
+        scalars = [group[k] for k in self.scalar_keys]
+        lengths = tf.stack([tf.cast(r.row_lengths(), tf.int32) for r in ragged], 1)
+        empty = tf.reduce_all(lengths == 0, axis=1)
+        is_long = tf.logical_not(empty) & tf.reduce_any(lengths > self.blocks, axis=1)
+        counts = [self.counter.count("empty", tf.reduce_sum(tf.cast(empty, tf.int64))),
+                  self.counter.count(self.reason, tf.reduce_sum(tf.cast(is_long, tf.int64)))]
+        keep = tf.logical_not(empty)
+        if self.long_examples == "drop":
+            keep &= tf.logical_not(is_long)
+        if self.long_examples == "truncate":
+            ragged = [r[:, :block] for r, block in zip(ragged, self.blocks)]
+        with tf.control_dependencies(counts):
+            keep = tf.identity(keep)
+        ragged = [tf.ragged.boolean_mask(r, keep) for r in ragged]
         seq = tuple(r.flat_values for r in ragged)
         lengths = tf.stack([tf.cast(r.row_lengths(), tf.int32) for r in ragged], 1)
-        scalars = tuple(group[k] for k in self.scalar_keys)
-        return seq, lengths, scalars
+        return seq, lengths, tuple(tf.boolean_mask(v, keep) for v in scalars)
 
     def _empty_group(self):
         seq = tuple(tf.zeros([0], d) for d in self.seq_dtypes)
