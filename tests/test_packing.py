@@ -147,6 +147,20 @@ def test_equal_lengths_keep_their_order():
                                                [[5, 5, 6, 6], [7, 7, 8, 8]]]
 
 
+def test_seed_shuffles_each_group_deterministically():
+    data = [[i, i] for i in range(1, 41)]
+
+    def packed(seed):
+        return [b["ids"] for b in to_list(examples(*data).apply(
+            tfseq.pack(4, batch_size=20, seed=seed, counter=tfseq.DropCounter())))]
+
+    in_order = packed(None)
+    assert in_order == [[[2 * r + 1] * 2 + [2 * r + 2] * 2 for r in range(20)]]
+    shuffled = packed(3)
+    assert shuffled == packed(3) and shuffled != in_order
+    assert sorted(sum(shuffled[0], [])) == sorted(sum(in_order[0], []))
+
+
 @pytest.mark.parametrize("kwargs, error, match", [
     ({"block_length": 0, "batch_size": 2}, ValueError, "block_length"),
     ({"block_length": 4.0, "batch_size": 2}, TypeError, "block_length"),
@@ -156,6 +170,7 @@ def test_equal_lengths_keep_their_order():
     ({"block_length": 4, "batch_size": 2, "long_examples": "cut"}, ValueError, "'cut'"),
     ({"block_length": 4, "batch_size": 2, "window": 0}, ValueError, "window"),
     ({"block_length": {}, "batch_size": 2}, ValueError, "empty dict"),
+    ({"block_length": 4, "batch_size": 2, "seed": "1"}, TypeError, "seed"),
 ])
 def test_bad_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):
@@ -218,6 +233,7 @@ def _check_batch_layout(batches, block, rows):
             assert (pos[r][: real.size] == expected_pos).all()
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(data=st.lists(st.integers(0, 13), max_size=25),
        setting=st.sampled_from([("split", 5, 3, 2), ("split", 6, 1, 1),
@@ -242,6 +258,7 @@ def test_exactly_once(data, setting):
     assert counter.drops() == {"empty": empty, reason: len(long_ids)}
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None)
 @given(data=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), max_size=15))
 def test_pairs_exactly_once_and_aligned(data):
@@ -262,6 +279,7 @@ def test_pairs_exactly_once_and_aligned(data):
     assert sorted(got, key=str) == sorted(expected, key=str)
 
 
+@pytest.mark.slow
 def test_budget_determinism_and_efficiency():
     rng = np.random.default_rng(0)
     lengths = np.minimum(rng.lognormal(2.5, 0.8, size=1500).astype(int) + 1, 128)

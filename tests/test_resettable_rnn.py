@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import tfseq
-from tfseq.layers import ResettableRNN, segment_attention_mask
+from tfseq.layers import ResettableRNN, segment_attention_mask, segment_mean
 
 CELLS = {"gru": lambda: keras.layers.GRUCell(6), "lstm": lambda: keras.layers.LSTMCell(6)}
 VOCAB, DIM, BLOCK, ROWS = 40, 5, 8, 3
@@ -174,3 +174,10 @@ def test_packed_attention_equals_each_example_alone():
         x = table[np.array(ids)][None]
         np.testing.assert_allclose(got, attend(x, None)[0], atol=1e-5)
     np.testing.assert_allclose(packed[0, 5], 0.0)
+
+
+def test_segment_mean_lines_up_with_per_segment_labels():
+    values = tf.constant([[[1.0], [3.0], [10.0], [0.0]], [[2.0], [4.0], [6.0], [8.0]]])
+    segment_ids = tf.constant([[1, 1, 2, 0], [1, 1, 1, 1]])
+    assert segment_mean(values, segment_ids, 3).numpy().tolist() == [[[2.0], [10.0], [0.0]],
+                                                                     [[5.0], [0.0], [0.0]]]

@@ -80,7 +80,8 @@ _GROUP_SIZE = 128
 
 def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None,
          max_tokens: int | None = None, long_examples: str = "split",
-         max_segments: int | None = None, window: int = 4, counter=None) -> Transform:
+         max_segments: int | None = None, window: int = 4, seed: int | None = None,
+         counter=None) -> Transform:
     """Transformation that packs examples into batches of fixed-length rows.
 
     Args:
@@ -94,6 +95,9 @@ def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None
         default the longest block length (no limit in practice).
       window: the pool holds at least this many batches' worth of tokens before a batch is
         built; larger packs tighter and keeps more examples waiting.
+      seed: if given, each group of 128 incoming examples is shuffled (stateless, from this
+        seed and the group's index) before it joins the pool; ``None`` keeps the input order.
+        Shuffle upstream (``Dataset.shuffle``) for a full shuffle.
       counter: a ``tfseq.DropCounter`` for ``"empty"``, ``"too_long"``, ``"truncated"`` and
         ``"split"``; default the process-wide counter.
 
@@ -135,6 +139,8 @@ def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None
                          f"received long_examples={long_examples!r}")
     check_positive_int("max_segments", max_segments, allow_none=True)
     check_positive_int("window", window)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise TypeError(f"seed must be an int or None; received seed={seed!r}")
     rows = batch_size
     if max_tokens is not None:
         rows = max_tokens // longest_block
@@ -155,7 +161,7 @@ def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None
         else:
             blocks = [block_length] * len(seq_keys)
         packer = _Packer(seq_keys, blocks, scalar_keys, spec, rows, segments, window,
-                         long_examples, resolve_counter(counter))
+                         long_examples, resolve_counter(counter), seed)
         return packer(dataset)
 
     return apply
@@ -197,7 +203,7 @@ class _Packer:
     """
 
     def __init__(self, seq_keys, blocks, scalar_keys, spec, rows, segments, window,
-                 long_examples, counter):
+                 long_examples, counter, seed):
         self.seq_keys = list(seq_keys)
         self.blocks = list(blocks)
         self.scalar_keys = list(scalar_keys)
@@ -207,6 +213,7 @@ class _Packer:
         self.segments = segments
         self.threshold = window * rows * max(blocks)
         self.long_examples = long_examples
+        self.seed = seed
         self.counter = counter
         self.reason = {"split": "split", "truncate": "truncated", "drop": "too_long"}[long_examples]
         counter.register("empty", self.reason)
@@ -223,7 +230,7 @@ class _Packer:
     # ----- the dataset plumbing
 
     def __call__(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
-        groups = dataset.ragged_batch(_GROUP_SIZE).map(
+        groups = dataset.ragged_batch(_GROUP_SIZE).enumerate().map(
             tf.autograph.experimental.do_not_convert(self._flatten_group))
         last = tf.data.Dataset.from_tensors(self._empty_group())
 
@@ -241,7 +248,7 @@ class _Packer:
         batches = groups.scan(self._initial_state(), plain(self._step))
         return batches.flat_map(plain(slices)).map(plain(self._trim))
 
-    def _flatten_group(self, group):
+    def _flatten_group(self, index, group):
         """A ragged batch of examples -> (values, lengths, scalars), long-example policy applied.
 
         Empty examples are dropped; long ones are counted and dropped, truncated or kept whole
@@ -250,6 +257,12 @@ class _Packer:
         ragged = [group[k] if isinstance(group[k], tf.RaggedTensor)
                   else tf.RaggedTensor.from_tensor(group[k]) for k in self.seq_keys]
         scalars = [group[k] for k in self.scalar_keys]
+        if self.seed is not None:
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(ragged[0].nrows()), seed=tf.stack([tf.constant(self.seed, tf.int64),
+                                                            index]))
+            ragged = [tf.gather(r, order) for r in ragged]
+            scalars = [tf.gather(v, order) for v in scalars]
         lengths = tf.stack([tf.cast(r.row_lengths(), tf.int32) for r in ragged], 1)
         empty = tf.reduce_all(lengths == 0, axis=1)
         is_long = tf.logical_not(empty) & tf.reduce_any(lengths > self.blocks, axis=1)
