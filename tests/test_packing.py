@@ -73,6 +73,22 @@ def test_split_continues_in_the_same_row_of_the_next_batch_without_reset():
                                 {"ids": [10], "label": 30}]
 
 
+def test_string_and_float_scalars_follow_their_pieces():
+    ds = tf.data.Dataset.from_generator(
+        lambda: iter([{"ids": [1, 2, 3], "book": "Gen", "w": 0.5},
+                      {"ids": [4, 4, 4, 4, 4, 4], "book": "Exo", "w": 2.0}]),
+        output_signature={"ids": tf.TensorSpec([None], tf.int32),
+                          "book": tf.TensorSpec([], tf.string), "w": tf.TensorSpec([], tf.float32)})
+    ds = ds.apply(tfseq.pack(4, batch_size=1, max_segments=2, counter=tfseq.DropCounter()))
+    assert [(b["ids"], b["book"], b["w"]) for b in to_list(ds)] == [
+        ([[1, 2, 3, 4]], [["Gen", "Exo"]], [[0.5, 2.0]]),
+        ([[4, 4, 4, 4]], [["Exo", ""]], [[2.0, 0.0]]),
+        ([[4, 0, 0, 0]], [["Exo", ""]], [[2.0, 0.0]]),
+    ]
+    assert tfseq.unpack(ds) == [{"ids": [1, 2, 3], "book": b"Gen", "w": 0.5},
+                                {"ids": [4, 4, 4, 4, 4, 4], "book": b"Exo", "w": 2.0}]
+
+
 def test_truncate_and_drop_are_counted():
     data = ([1, 2], [3, 4, 5, 6, 7, 8, 9], [10])
     counter = tfseq.DropCounter()

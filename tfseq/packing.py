@@ -552,7 +552,6 @@ class _Packer:
         new_len = tf.tensor_scatter_nd_update(
             c_lengths - carry_piece, start_rows,
             tf.gather(p_lengths - take_of, start_idx))
-        from_pool = tf.scatter_nd(start_rows, tf.ones_like(start_idx, tf.int32), [self.rows]) > 0
         new_carry_seq = []
         for f in range(len(self.seq_keys)):
             values = tf.concat([p_seq[f], c_seq[f]], 0)
@@ -561,11 +560,9 @@ class _Packer:
                 offset + c_starts[:, f] + carry_piece[:, f], start_rows,
                 tf.gather(p_starts[:, f] + take_of[:, f], start_idx))
             new_carry_seq.append(_gather_spans(values, src, new_len[:, f]))
-        new_carry_scalars = []
-        for s in range(len(self.scalar_keys)):
-            from_start = tf.scatter_nd(start_rows, tf.gather(p_scalars[s], start_idx),
-                                       [self.rows])
-            new_carry_scalars.append(tf.where(from_pool, from_start, c_scalars[s]))
+        new_carry_scalars = [
+            tf.tensor_scatter_nd_update(c, start_rows, tf.gather(p, start_idx))
+            for p, c in zip(p_scalars, c_scalars)]
 
         # The pool keeps what was not placed.
         keep = tf.logical_not(placed)
@@ -577,6 +574,10 @@ class _Packer:
         new_pool_scalars = tuple(tf.gather(v, keep_idx) for v in p_scalars)
         return (batch, num_rows, (new_pool_seq, kept_lengths, new_pool_scalars),
                 (tuple(new_carry_seq), new_len, tuple(new_carry_scalars)))
+
+
+def _python(value):
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def unpack(batches: Iterable[Mapping[str, object]]) -> list[dict]:
@@ -620,7 +621,7 @@ def unpack(batches: Iterable[Mapping[str, object]]) -> list[dict]:
                     if s == ids[0] and r in open_examples:
                         done.append(open_examples.pop(r))
                     example = dict(piece)
-                    example.update({k: batch[k][r][s - 1].item() for k in scalar_keys})
+                    example.update({k: _python(batch[k][r][s - 1]) for k in scalar_keys})
                 if s == last:
                     open_examples[r] = example
                 else:
