@@ -19,6 +19,8 @@ from tfseq.corpus import corpus_path
 from tfseq.bucketing import bucket_by_length, fit_boundaries
 
 # --- packing
+from tfseq.packing import pack, unpack
+from tfseq.packed_targets import lm_targets, packed_weights
 
 # --- splitting and distribution
 from tfseq import distribute
