@@ -55,7 +55,8 @@ class AttentionPooling(keras.layers.Layer):
     def build(self, inputs_shape):
         depth = inputs_shape[-1]
         if depth is None:
-            raise ValueError(f"AttentionPooling needs a known feature size; received {inputs_shape}")
+            raise ValueError(
+                f"AttentionPooling needs a known feature size; received {inputs_shape}")
         units = self.units or depth
         self.kernel = self.add_weight(name="kernel", shape=(depth, units),
                                       initializer="glorot_uniform")
