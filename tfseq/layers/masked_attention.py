@@ -16,8 +16,9 @@ Pad steps (from lengths, raggedness, Keras masks or segment id 0) are set to exa
 ``tf.math.multiply_no_nan`` (0 even for ``inf``/``NaN``) before any matmul, so their features
 never reach the output or the gradients, even when they are ``1e6``, ``inf`` or ``NaN``; they
 also get exactly 0 attention weight. A query with no key to attend to (a pad query, or an empty
-key sequence) gets an all-zero output row and zero gradients. Scores and the softmax run in float32 when the layer computes in float16/bfloat16
-(mixed precision), so ``q . k`` cannot overflow.
+key sequence) gets an all-zero output row and zero gradients. Scores and the softmax run in
+float32 when the layer computes in float16/bfloat16 (mixed precision), so ``q . k`` cannot
+overflow.
 
 This is ``masked_softmax`` fused for speed: once pads are zeroed every logit is finite, so the
 mask can be an additive bias (0 or -1e30) that the matmul kernel fuses, instead of the
