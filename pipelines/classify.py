@@ -38,7 +38,7 @@ class Config:
     lowercase: bool = True
     tokenizer: str = "whitespace"
     max_length: int = 128
-    batching: str = "pad"
+    batching: str = "bucket"
     batch_size: int = 64                   # for batching="pad"
     max_tokens: int = 2048                 # budget for "bucket" / "pack"
     block_length: int = 128                # for batching="pack"

@@ -28,6 +28,7 @@ from absl import app, flags, logging  # noqa: E402
 from pipelines import tasks  # noqa: E402
 
 FLAGS = flags.FLAGS
+_FLAGS_BEFORE = set(FLAGS)
 
 flags.DEFINE_enum("task", "classify", sorted(tasks.TASKS), "Which task to train.")
 flags.DEFINE_string("model_dir", "runs/default", "Checkpoints, logs, flags and the report.")
@@ -48,6 +49,7 @@ flags.DEFINE_integer("num_replicas", 1, "Replicas (GPUs, or logical CPUs without
 flags.DEFINE_string("data_service", None, "tf.data service address, e.g. grpc://localhost:5000.")
 flags.DEFINE_integer("tbptt", None, "Truncated-BPTT chunk length (task lm).")
 flags.DEFINE_integer("verbose", 1, "1: progress bar; 0: quiet.")
+OWN_FLAGS = sorted(set(FLAGS) - _FLAGS_BEFORE)
 
 # Flag -> task Config field. A flag given explicitly must exist in the task's Config.
 _CONFIG_FLAGS = {
@@ -92,8 +94,10 @@ def build_config(pipeline):
 
 def save_run_files(model_dir: str, argv) -> None:
     os.makedirs(model_dir, exist_ok=True)
+    # Only this binary's flags: a flagfile must parse before TensorFlow defines its own.
+    serialized = [FLAGS[name].serialize() for name in OWN_FLAGS]
     with open(os.path.join(model_dir, "flags.txt"), "w") as f:
-        f.write(FLAGS.flags_into_string())
+        f.write("\n".join(s for s in serialized if s) + "\n")
     with open(os.path.join(model_dir, "argv.json"), "w") as f:
         json.dump(list(argv), f)
 
@@ -124,7 +128,7 @@ def main(argv):
     import keras
     import tensorflow as tf
 
-    import tfseq
+    from tfseq import summaries
     from tfseq.training import Trainer
 
     if len(argv) > 1:
@@ -142,30 +146,42 @@ def main(argv):
     stats = info.get("stats", {})
     writer = tf.summary.create_file_writer(os.path.join(FLAGS.model_dir, "logs"))
     train_stats = stats.get("train")
+    started = [time.perf_counter()]
+    recent_lengths = []  # real tokens per row since the last summary
+
+    def on_batch(batch):
+        ids = batch[0].get("ids") if isinstance(batch[0], dict) else None
+        if isinstance(ids, tf.Tensor) and ids.shape.rank == 2:
+            recent_lengths.extend(tf.math.count_nonzero(ids, axis=1).numpy().tolist())
 
     def on_step(step, logs):
         if step % 50:
             return
-        with writer.as_default(step=step):
+        with writer.as_default():
             for k, v in logs.items():
-                tf.summary.scalar(f"train/{k}", v)
+                summaries.scalar(f"train/{k}", v, step)
             if train_stats is not None:
-                tf.summary.scalar("input/padding_efficiency", train_stats.padding_efficiency())
+                summaries.scalar("input/padding_efficiency", train_stats.padding_efficiency(), step)
+                seconds = time.perf_counter() - started[0]
+                summaries.scalar("input/real_tokens_per_second",
+                                 int(train_stats.real_tokens.numpy()) / max(seconds, 1e-9), step)
             for split, counter in counters.items():
                 for reason, n in counter.drops().items():
-                    tf.summary.scalar(f"drops_{split}/{reason}", n)
+                    summaries.scalar(f"drops_{split}/{reason}", n, step)
+            summaries.histogram("input/real_length_per_row", recent_lengths, step)
+        recent_lengths.clear()
 
     def eval_fn(epoch):
         results = model.evaluate(eval_ds, verbose=0, return_dict=True)
-        with writer.as_default(step=epoch):
+        with writer.as_default():
             for k, v in results.items():
-                tf.summary.scalar(f"eval/{k}", v)
+                summaries.scalar(f"eval/{k}", v, epoch)
         return {f"eval_{k}": float(v) for k, v in results.items()}
 
     trainer = Trainer(model, train_ds, model_dir=FLAGS.model_dir,
                       checkpoint_every=FLAGS.checkpoint_every,
                       trackables={f"counter_{k}": v for k, v in _counter_vars(counters).items()},
-                      on_step=on_step)
+                      on_step=on_step, on_batch=on_batch)
     resumed = trainer.restore()
     if resumed and FLAGS.verbose:
         print(f"Resuming from {FLAGS.model_dir}: epoch {int(trainer.epoch.numpy()) + 1}, "

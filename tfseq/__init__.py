@@ -16,10 +16,15 @@ from tfseq.stats import BatchStats, DropCounter, default_counter, step_efficienc
 from tfseq.corpus import corpus_path
 
 # --- bucketing
+from tfseq.bucketing import bucket_by_length, fit_boundaries
 
 # --- packing
 
 # --- splitting and distribution
+from tfseq import distribute
+from tfseq.distribute import GlobalWeightedLoss, global_weighted_mean, replica_dataset_fn
+from tfseq.distribute import mirrored_strategy, to_replicas, use_data_service
+from tfseq.splitting import prefetch_to_device, split_batch
 
 # --- tbptt
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfseq._common import Transform, example_length, identity, sequence_keys
+from tfseq._common import Transform, example_length, identity, sequence_keys, unbatch_examples
 from tfseq.stats import DropCounter, resolve_counter
 
 LINE_REASONS = ("too_many_bytes", "invalid_utf8", "nul_byte", "empty")
@@ -24,13 +24,13 @@ DEFAULT_MAX_LINE_BYTES = 1 << 20
 
 
 def line_checks(line: tf.Tensor, max_line_bytes: int | None) -> dict[str, tf.Tensor]:
-    """Ordered ``reason -> bool`` (true = drop) for one ``tf.string`` scalar line."""
+    """Ordered ``reason -> bool`` (true = drop) for ``tf.string`` lines of any shape."""
     checks = {}
     if max_line_bytes is not None:
         too_big = tf.strings.length(line) > max_line_bytes
         checks["too_many_bytes"] = too_big
         # Skip the costlier checks on a line that is dropped anyway.
-        line = tf.where(too_big, tf.constant(""), line)
+        line = tf.where(too_big, tf.zeros_like(line), line)
     valid = tf.equal(tf.strings.unicode_transcode(
         line, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD), line)
     checks["invalid_utf8"] = tf.logical_not(valid)
@@ -40,7 +40,7 @@ def line_checks(line: tf.Tensor, max_line_bytes: int | None) -> dict[str, tf.Ten
 
 
 def filter_lines(*, max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES, key: str | None = None,
-                 counter: DropCounter | None = None) -> Transform:
+                 counter: DropCounter | None = None, batch_size: int = 512) -> Transform:
     """Transformation that drops unusable text lines, counting each by reason.
 
     Args:
@@ -48,6 +48,7 @@ def filter_lines(*, max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES, key: st
         ``None`` for no limit.
       key: for dict elements, the ``tf.string`` feature to check; ``None`` for string elements.
       counter: where drops are counted (default: ``tfseq.stats.default_counter()``).
+      batch_size: lines checked per vectorized call (order and elements are unchanged).
 
     Returns:
       A transformation keeping the elements whose line is non-empty, valid UTF-8, NUL-free and
@@ -63,16 +64,27 @@ def filter_lines(*, max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES, key: st
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
         spec = dataset.element_spec
         if key is None:
-            if not (isinstance(spec, tf.TensorSpec) and spec.dtype == tf.string):
+            if not (isinstance(spec, tf.TensorSpec) and spec.dtype == tf.string
+                    and spec.shape.rank == 0):
                 raise ValueError(f"filter_lines expects tf.string lines (or key=... for dicts); "
                                  f"received element_spec={spec}")
-            get = lambda element: element  # noqa: E731
+            get = lambda batch: batch  # noqa: E731
+            batched = dataset.batch(batch_size)
         else:
             if not isinstance(spec, dict) or key not in spec:
                 raise ValueError(f"Unknown key {key!r} in filter_lines. Available keys: "
                                  f"{sorted(spec) if isinstance(spec, dict) else spec}")
-            get = lambda element: element[key]  # noqa: E731
-        return dataset.filter(lambda element: counter.keep_if(line_checks(get(element), max_line_bytes)))
+            get = lambda batch: batch[key]  # noqa: E731
+            batched = dataset.ragged_batch(batch_size)
+
+        def keep_batch(batch):
+            keep = counter.keep_if(line_checks(get(batch), max_line_bytes))
+            return tf.nest.map_structure(lambda t: tf.boolean_mask(t, keep), batch)
+
+        # Counting happens in the map, so it must run exactly once per batch: no parallel
+        # re-execution issues, and deterministic order keeps the output order.
+        return unbatch_examples(batched.map(keep_batch, num_parallel_calls=tf.data.AUTOTUNE,
+                                            deterministic=None))
 
     return apply
 

@@ -62,18 +62,21 @@ class DropCounter:
         """Filter predicate: counts the first failing check and returns whether all passed.
 
         Args:
-          checks: ordered mapping ``reason -> bool scalar``, true meaning *drop for this reason*.
-            The first true reason is the one counted, so each dropped element counts once.
+          checks: ordered mapping ``reason -> bool`` (a scalar, or ``[B]`` for a batch of
+            elements), true meaning *drop for this reason*. The first true reason is the one
+            counted, so each dropped element counts once.
 
         Returns:
-          bool scalar: true when no check fired (keep the element).
+          bool of the checks' shape: true where no check fired (keep the element).
         """
-        dropped = tf.constant(False)
+        dropped = None
         updates = []
         for reason, fires in checks.items():
-            first = tf.logical_and(fires, tf.logical_not(dropped))
-            updates.append(self.count(reason, tf.cast(first, tf.int64)))
-            dropped = tf.logical_or(dropped, fires)
+            first = fires if dropped is None else tf.logical_and(fires, tf.logical_not(dropped))
+            updates.append(self.count(reason, tf.reduce_sum(tf.cast(first, tf.int64))))
+            dropped = fires if dropped is None else tf.logical_or(dropped, fires)
+        if dropped is None:
+            return tf.constant(True)
         with tf.control_dependencies(updates):
             return tf.logical_not(tf.identity(dropped))
 

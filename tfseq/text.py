@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from tfseq._common import Transform
+from tfseq._common import Transform, unbatch_examples
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 RESERVED = (PAD, UNK, BOS, EOS)
@@ -220,7 +220,7 @@ def get_tokenizer(tokenizer=None, vocab: Vocab | None = None):
 
 
 def tokenize(vocab: Vocab, *, tokenizer=None, key: str = "ids", add_bos: bool = False,
-             add_eos: bool = False, lowercase: bool = False) -> Transform:
+             add_eos: bool = False, lowercase: bool = False, batch_size: int = 512) -> Transform:
     """Transformation: text -> int32 ids.
 
     Elements may be ``tf.string`` scalars (each becomes ``{key: ids}``) or dicts whose ``key``
@@ -233,6 +233,8 @@ def tokenize(vocab: Vocab, *, tokenizer=None, key: str = "ids", add_bos: bool = 
       key: the feature to write (string elements) or to tokenize (dict elements).
       add_bos, add_eos: prepend ``<s>`` (2) / append ``</s>`` (3).
       lowercase: case-fold (``tensorflow_text.case_fold_utf8``) before tokenizing.
+      batch_size: lines tokenized per vectorized call (the output is still one example per
+        line, in order; batching only amortises the per-call cost).
 
     Returns:
       A ``Dataset.apply`` transformation emitting dicts with ``key``: int32 ``[(T)]``.
@@ -246,25 +248,29 @@ def tokenize(vocab: Vocab, *, tokenizer=None, key: str = "ids", add_bos: bool = 
     """
     tok = get_tokenizer(tokenizer, vocab)
 
-    def to_ids(text: tf.Tensor) -> tf.Tensor:
+    def to_ids(text: tf.Tensor) -> tf.RaggedTensor:
+        """tf.string [B] -> int32 RaggedTensor [B, (T)]."""
         if lowercase:
             text = tf_text.case_fold_utf8(text)
         ids = vocab.lookup(tok.tokenize(text))
+        rows = tf.shape(text)[0]
         parts = []
         if add_bos:
-            parts.append(tf.constant([BOS_ID], tf.int32))
+            parts.append(tf.RaggedTensor.from_tensor(tf.fill([rows, 1], BOS_ID)))
         parts.append(ids)
         if add_eos:
-            parts.append(tf.constant([EOS_ID], tf.int32))
-        return tf.concat(parts, 0) if len(parts) > 1 else ids
+            parts.append(tf.RaggedTensor.from_tensor(tf.fill([rows, 1], EOS_ID)))
+        return tf.concat(parts, axis=1) if len(parts) > 1 else ids
 
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
         spec = dataset.element_spec
         if isinstance(spec, tf.TensorSpec):
             if spec.dtype != tf.string or spec.shape.rank != 0:
                 raise ValueError(f"tokenize expects tf.string scalars or dicts; received {spec}")
-            return dataset.map(lambda line: {key: to_ids(line)},
-                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=None)
+            batched = dataset.batch(batch_size).map(
+                lambda lines: {key: to_ids(lines)}, num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=None)
+            return unbatch_examples(batched)
         if not isinstance(spec, dict):
             raise TypeError(f"tokenize expects tf.string scalars or dict elements; received {spec}")
         if key not in spec:
@@ -273,11 +279,13 @@ def tokenize(vocab: Vocab, *, tokenizer=None, key: str = "ids", add_bos: bool = 
             raise ValueError(f"tokenize(key={key!r}) needs a tf.string scalar feature; "
                              f"received {spec[key]}")
 
-        def map_dict(example):
-            example = dict(example)
-            example[key] = to_ids(example[key])
-            return example
+        def map_batch(batch):
+            batch = dict(batch)
+            batch[key] = to_ids(batch[key])
+            return batch
 
-        return dataset.map(map_dict, num_parallel_calls=tf.data.AUTOTUNE, deterministic=None)
+        batched = dataset.ragged_batch(batch_size).map(
+            map_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=None)
+        return unbatch_examples(batched)
 
     return apply
