@@ -12,6 +12,7 @@ import dataclasses
 
 import keras
 
+from tfseq.distribute import GlobalWeightedLoss
 from tfseq.layers import AttentionPooling
 
 
@@ -24,7 +25,13 @@ class ModelConfig:
 
 
 def build_model(config, info, model_config: ModelConfig = ModelConfig()) -> keras.Model:
-    """A compiled classifier over ``info["vocab"]`` with ``info["num_classes"]`` outputs."""
+    """A compiled classifier over ``info["vocab"]`` with ``info["num_classes"]`` outputs.
+
+    The loss is normalised by the sample weight summed over all replicas
+    (``tfseq.GlobalWeightedLoss``): on one device it is the usual (weighted) mean; under a
+    strategy with ``split_batch`` dummy rows (weight 0) it leaves the update unchanged.
+    Build it under ``strategy.scope()`` for several replicas.
+    """
     ids = keras.Input(shape=(None,), dtype="int32", name="ids")
     x = keras.layers.Embedding(info["vocab"].size, model_config.embedding_dim, mask_zero=True)(ids)
     x = keras.layers.Bidirectional(
@@ -35,6 +42,6 @@ def build_model(config, info, model_config: ModelConfig = ModelConfig()) -> kera
     model = keras.Model({"ids": ids}, logits, name="verse_classifier")
     model.compile(
         optimizer=keras.optimizers.Adam(model_config.learning_rate),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"])
+        loss=GlobalWeightedLoss(keras.losses.SparseCategoricalCrossentropy(from_logits=True)),
+        weighted_metrics=["accuracy"])
     return model

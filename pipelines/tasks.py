@@ -12,6 +12,8 @@ TASKS = {
     "classify": ("pipelines.classify", "models.classifier"),
     "lm": ("pipelines.lm", "models.lm"),
     "translate": ("pipelines.translate", "models.translate"),
+    "documents": ("pipelines.documents", "models.hierarchical"),
+    "ctr": ("pipelines.ctr", "models.ctr"),
 }
 
 

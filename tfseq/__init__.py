@@ -29,6 +29,7 @@ from tfseq.splitting import prefetch_to_device, split_batch
 # --- tbptt
 
 # --- lod and multislot
+from tfseq import lod
 
 # --- layers
 from tfseq import layers

@@ -170,7 +170,7 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
     if shard_lines:
         lines = lines.shard(num_shards, shard_index)
     # Vectorized: one call per 1,024 lines costs a fraction of a per-line map.
-    return lines.batch(1024).map(_strip_bom, deterministic=True).unbatch()
+    return lines.batch(1024).map(_strip_bom).unbatch()
 
 
 def _strip_bom(line: tf.Tensor) -> tf.Tensor:

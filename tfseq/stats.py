@@ -86,9 +86,10 @@ class DropCounter:
         def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
             var = self._variable(self._seen, name, "seen")
 
-            def count(element):
+            def count(*element):
                 with tf.control_dependencies([var.assign_add(1)]):
-                    return tf.nest.map_structure(tf.identity, element)
+                    out = tf.nest.map_structure(tf.identity, element)
+                return out if len(out) > 1 else out[0]
 
             return dataset.map(count)
 
