@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfseq.layers import MaskedAttention, RaggedRNN
+from tfseq.text import BOS_ID, PAD_ID, UNK_ID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +73,8 @@ def build_model(config, info, model_config: ModelConfig = ModelConfig()) -> kera
 
 
 def greedy_decode(model: keras.Model, source, source_length, *, max_length: int,
-                  bos_id: int, eos_id: int) -> np.ndarray:
+                  bos_id: int, eos_id: int,
+                  suppress_ids: tuple[int, ...] = (PAD_ID, UNK_ID, BOS_ID)) -> np.ndarray:
     """Greedy decoding with the trained layers of ``build_model``'s model.
 
     Args:
@@ -81,6 +83,8 @@ def greedy_decode(model: keras.Model, source, source_length, *, max_length: int,
       source_length: int32 ``[B]``.
       max_length: the most tokens to generate per row.
       bos_id, eos_id: the target vocabulary's ``<s>`` and ``</s>`` ids.
+      suppress_ids: ids never generated (by default ``<pad>``, ``<unk>`` and ``<s>``: an
+        undertrained model otherwise prefers the most frequent token, ``<unk>``).
 
     Returns:
       int32 ``[B, max_length]`` generated ids; after a row's ``</s>`` (kept) everything is 0.
@@ -91,6 +95,8 @@ def greedy_decode(model: keras.Model, source, source_length, *, max_length: int,
     memory, forward_state, backward_state = layer("encoder")(
         layer("source_embedding")(source), lengths=source_length)
     state = layer("bridge")(layer("encoder_states")([forward_state, backward_state]))
+    penalty = np.zeros([layer("logits").units], np.float32)
+    penalty[list(suppress_ids)] = -np.inf
     token = tf.fill([tf.shape(source)[0], 1], tf.constant(bos_id, tf.int32))
     done = tf.zeros([tf.shape(source)[0]], tf.bool)
     outputs = []
@@ -98,7 +104,8 @@ def greedy_decode(model: keras.Model, source, source_length, *, max_length: int,
         decoded, state = layer("decoder")(layer("target_embedding")(token), initial_state=[state])
         context = layer("attention")(decoded, memory, value_lengths=source_length)
         h = layer("projection")(layer("decoder_and_context")([decoded, context]))
-        token = tf.argmax(layer("logits")(h), axis=-1, output_type=tf.int32)  # [B, 1]
+        logits = tf.cast(layer("logits")(h), tf.float32) + penalty
+        token = tf.argmax(logits, axis=-1, output_type=tf.int32)  # [B, 1]
         outputs.append(tf.where(done, 0, token[:, 0]))
         done = tf.logical_or(done, tf.equal(token[:, 0], eos_id))
         if bool(tf.reduce_all(done)):

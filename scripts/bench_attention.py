@@ -131,7 +131,8 @@ def accuracy(tf, np, fn, logits, mask, dtype, rng):
     pads = np.abs(y64)[~full_mask]
     return {
         "max_abs_err": float(err.max()) if np.isfinite(err).all() else float("nan"),
-        "max_err_beyond_rounding": float(beyond.max()) if np.isfinite(beyond).all() else float("nan"),
+        "max_err_beyond_rounding":
+            float(beyond.max()) if np.isfinite(beyond).all() else float("nan"),
         "max_pad_weight": float(pads.max()) if pads.size and np.isfinite(pads).all()
         else (0.0 if not pads.size else float("nan")),
         "nonfinite_forward": int((~np.isfinite(y64)).sum()),
@@ -247,7 +248,8 @@ def main(argv):
     print(f"{'B x T x D':12s} {'unmasked':>10s} {'masked keys':>12s} {'masked q+k':>11s}")
     for shape, r in attention.items():
         print(f"{shape:12s} {r['unmasked']['seconds'] * 1e3:>8.2f}ms "
-              f"{r['masked_keys']['ratio']:>11.2f}x {r['masked_queries_and_keys']['ratio']:>10.2f}x")
+              f"{r['masked_keys']['ratio']:>11.2f}x "
+              f"{r['masked_queries_and_keys']['ratio']:>10.2f}x")
 
     if FLAGS.json_out:
         os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)

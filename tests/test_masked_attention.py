@@ -49,7 +49,8 @@ def test_dot_scaled_literal():
     value = tf.constant([[[4.0], [8.0]]])
     out = MaskedAttention()(query, value, key=key)
     np.testing.assert_allclose(out.numpy(), [[[7.0]]], atol=1e-5)
-    out = MaskedAttention(use_scale=False)(query, value, key=key)  # logits [0, 2 ln 3] -> 1/10, 9/10
+    # Unscaled logits [0, 2 ln 3] -> weights [1/10, 9/10].
+    out = MaskedAttention(use_scale=False)(query, value, key=key)
     np.testing.assert_allclose(out.numpy(), [[[7.6]]], atol=1e-5)
 
 

@@ -3,9 +3,9 @@
 Shapes: B = batch, T = time, D = features.
 
 Each step gets the additive score ``w . tanh(x_t W + b)``; the weights are ``masked_softmax``
-over the valid steps (pads get exactly 0), pad features are zeroed (``multiply_no_nan``) before the
-weighted sum (so ``1e6``/``inf`` pads never reach the output) and an empty sequence pools to an
-all-zero vector with zero gradients. Scores are normalised in float32 under mixed precision.
+over the valid steps (pads get exactly 0), pad features are zeroed (``multiply_no_nan``) before
+the weighted sum (so ``1e6``/``inf`` pads never reach the output) and an empty sequence pools to
+an all-zero vector with zero gradients. Scores are normalised in float32 under mixed precision.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ class AttentionPooling(keras.layers.Layer):
     def build(self, inputs_shape):
         depth = inputs_shape[-1]
         if depth is None:
-            raise ValueError(f"AttentionPooling needs a known feature size; received {inputs_shape}")
+            raise ValueError(
+                f"AttentionPooling needs a known feature size; received {inputs_shape}")
         units = self.units or depth
         self.kernel = self.add_weight(name="kernel", shape=(depth, units),
                                       initializer="glorot_uniform")

@@ -13,11 +13,12 @@ Which key a query may attend to is the AND of every mask given:
     attention_mask                 bool [B, Tq, Tk], as given
 
 Pad steps (from lengths, raggedness, Keras masks or segment id 0) are set to exactly 0 with
-``tf.math.multiply_no_nan`` (0 even for ``inf``/``NaN``) before any matmul, so their features never reach the output or the gradients, even
-when they are ``1e6``, ``inf`` or ``NaN``; they also get exactly 0 attention weight. A query with
-no key to attend to (a pad query, or an empty key sequence) gets an all-zero output row and zero
-gradients. Scores and the softmax run in float32 when the layer computes in float16/bfloat16
-(mixed precision), so ``q . k`` cannot overflow.
+``tf.math.multiply_no_nan`` (0 even for ``inf``/``NaN``) before any matmul, so their features
+never reach the output or the gradients, even when they are ``1e6``, ``inf`` or ``NaN``; they
+also get exactly 0 attention weight. A query with no key to attend to (a pad query, or an empty
+key sequence) gets an all-zero output row and zero gradients. Scores and the softmax run in
+float32 when the layer computes in float16/bfloat16 (mixed precision), so ``q . k`` cannot
+overflow.
 
 This is ``masked_softmax`` fused for speed: once pads are zeroed every logit is finite, so the
 mask can be an additive bias (0 or -1e30) that the matmul kernel fuses, instead of the
@@ -161,7 +162,8 @@ class MaskedAttention(keras.layers.Layer):
                               segment_ids=query_segment_ids),
             _masks.valid_mask(query, lengths=query_ragged_lengths))
         key_valid = _masks.all_of(
-            _masks.valid_mask(value, lengths=value_lengths, mask=_masks.all_of(value_mask, key_mask),
+            _masks.valid_mask(value, lengths=value_lengths,
+                              mask=_masks.all_of(value_mask, key_mask),
                               segment_ids=value_segment_ids),
             _masks.valid_mask(value, lengths=value_ragged_lengths),
             _masks.valid_mask(value, lengths=key_ragged_lengths))
