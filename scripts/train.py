@@ -227,6 +227,8 @@ def main(argv):
     with open(os.path.join(FLAGS.model_dir, "report.json"), "w") as f:
         json.dump(report, f, indent=2, default=str)
     print(format_report(report))
+    if not result.interrupted and hasattr(model_module, "decode_examples"):
+        print("\n".join(model_module.decode_examples(model, eval_ds, info)))
 
 
 def train_replicas(pipeline, model_module, config, strategy) -> None:
