@@ -9,8 +9,12 @@ Element spec of both datasets (``batching="pad"`` or ``"bucket"``)::
 
     ({"ids": int32 [B, T]}, int32 [B])
 
-With ``batching="pack"`` the features are packed rows (see ``tfseq.pack``) and the label is
-per segment.
+With ``batching="pack"`` the features are packed rows (see ``tfseq.pack``)::
+
+    ({"ids": int32 [B, L], "ids_segment_ids": int32 [B, L], "ids_resets": bool [B, L]},
+     label int32 [B, S], weight float32 [B, S])
+
+one label per segment (verse), weight 0 on the label table's empty columns.
 
 Drop reasons (counted per split in ``info["counters"][split]``): ``malformed`` (not 4 TSV
 fields), ``unknown_book``, ``other_split`` (the line belongs to the other split), the
@@ -42,6 +46,7 @@ class Config:
     batch_size: int = 64                   # for batching="pad"
     max_tokens: int = 2048                 # budget for "bucket" / "pack"
     block_length: int = 128                # for batching="pack"
+    max_segments: int = 32                 # verses per packed row (the label table's width)
     eval_percent: int = 10
     shuffle_buffer: int = 20000
     seed: int = 0
@@ -100,6 +105,7 @@ def batch(ds: tf.data.Dataset, config: Config, *, training: bool) -> tf.data.Dat
             seed=config.seed if training else None))
     if config.batching == "pack":
         return ds.apply(tfseq.pack(config.block_length, max_tokens=config.max_tokens,
+                                   max_segments=config.max_segments, long_examples="truncate",
                                    seed=config.seed if training else None))
     raise ValueError(f"Unknown batching {config.batching!r}; expected one of {BATCHING_MODES}")
 
@@ -174,20 +180,36 @@ def datasets(config: Config = Config(), counters: dict | None = None):
         training = split == "train"
         ds = examples(config, split, counters[split], vocab)
         ds = batch(ds, config, training=training)
-        if config.batching != "pack":
-            ds = ds.apply(stats[split].track(["ids"]))
-        ds = ds.map(lambda b: ({"ids": b["ids"]}, b["label"]))
+        ds = ds.apply(stats[split].track(["ids"]))
+        if config.batching == "pack":
+            ds = ds.map(packed_to_keras)
+        else:
+            ds = ds.map(lambda b: ({"ids": b["ids"]}, b["label"]))
         out[split] = ds.prefetch(tf.data.AUTOTUNE)
     info = {"vocab": vocab, "num_classes": len(SECTION_NAMES), "class_names": SECTION_NAMES,
             "counters": counters, "stats": stats}
     return out["train"], out["eval"], info
 
 
+def packed_to_keras(batch):
+    """A packed batch -> ``(features, label [B, S], weight [B, S])``: one label per segment,
+    weight 1 on the segments a row holds and 0 on the empty columns of the label table."""
+    segment_ids = batch["ids_segment_ids"]
+    num_segments = tf.shape(batch["label"])[1]
+    present = tf.range(num_segments)[None, :] < tf.reduce_max(segment_ids, axis=1)[:, None]
+    features = {"ids": batch["ids"], "ids_segment_ids": segment_ids,
+                "ids_resets": batch["ids_resets"]}
+    return features, batch["label"], tf.cast(present, tf.float32)
+
+
 def majority_baseline(eval_ds: tf.data.Dataset) -> float:
     """Accuracy of always predicting the most frequent label of ``eval_ds``."""
     counts = tf.zeros([len(SECTION_NAMES)], tf.int64)
-    for _, labels in eval_ds:
-        counts += tf.math.bincount(tf.cast(labels, tf.int32), minlength=len(SECTION_NAMES),
+    for _, labels, *weights in eval_ds:
+        labels = tf.cast(labels, tf.int32)
+        if weights:  # packed: only the segments present
+            labels = tf.boolean_mask(labels, weights[0] > 0)
+        counts += tf.math.bincount(tf.reshape(labels, [-1]), minlength=len(SECTION_NAMES),
                                    maxlength=len(SECTION_NAMES), dtype=tf.int64)
     total = int(tf.reduce_sum(counts))
     return int(tf.reduce_max(counts)) / total if total else 0.0

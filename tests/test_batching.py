@@ -76,3 +76,12 @@ def test_tally_counts_dict_and_tuple_elements():
     assert out == [({"ids": [1]}, 0), ({"ids": [2]}, 1), ({"ids": [3]}, 0)]
     to_list(tf.data.Dataset.range(4).apply(counter.tally("numbers")))
     assert counter.seen() == {"numbers": 4, "pairs": 3}
+
+
+def test_batch_stats_on_packed_batches():
+    stats = tfseq.BatchStats()
+    ds = examples([7, 8, 5, 1], [8, 4, 9, 3, 1], [6, 6]).apply(tfseq.pack(10, batch_size=2))
+    to_list(ds.apply(stats.track()))
+    # One batch of 2 rows x 10: [7 8 5 1 8 4 9 3 1 0] and [6 6 0 ... 0]: 11 real in 20 cells.
+    assert stats.as_dict() == {"real_tokens": 11, "cells": 20, "examples": 3, "batches": 1,
+                               "padding_efficiency": 0.55}

@@ -27,6 +27,8 @@ import tensorflow as tf
 
 from tfseq._common import LENGTH_SUFFIX, Transform, require_dict_spec
 
+SEGMENT_SUFFIX = "_segment_ids"
+
 
 class DropCounter:
     """Named int64 counters for dropped examples (by reason) and for elements seen.
@@ -142,7 +144,7 @@ def resolve_counter(counter: DropCounter | None) -> DropCounter:
 
 
 class BatchStats:
-    """Accumulates real tokens, padded cells, examples and batches of padded batches in-graph.
+    """Accumulates real tokens, tensor cells, examples and batches of padded or packed batches.
 
     ``ds.apply(stats.track())`` on a padded-batch dataset (dense ``[B, T]`` features with
     ``<name>_length``) adds each batch's numbers; ``padding_efficiency()`` is then
@@ -164,18 +166,30 @@ class BatchStats:
             spec = dataset.element_spec
             features_spec = spec[0] if isinstance(spec, tuple) else spec
             features_spec = require_dict_spec(features_spec, "BatchStats.track")
-            names = keys or [k[: -len(LENGTH_SUFFIX)] for k in features_spec
-                             if k.endswith(LENGTH_SUFFIX) and k[: -len(LENGTH_SUFFIX)] in features_spec]
+            packed = [k[: -len(SEGMENT_SUFFIX)] for k in features_spec
+                      if k.endswith(SEGMENT_SUFFIX) and k[: -len(SEGMENT_SUFFIX)] in features_spec]
+            padded = [k[: -len(LENGTH_SUFFIX)] for k in features_spec
+                      if k.endswith(LENGTH_SUFFIX) and k[: -len(LENGTH_SUFFIX)] in features_spec]
+            names = keys or packed or padded
             if not names:
-                raise ValueError("BatchStats.track needs padded batches with '<name>_length' keys; "
-                                 f"available keys: {sorted(features_spec)}")
+                raise ValueError("BatchStats.track needs padded batches ('<name>_length' keys) or "
+                                 "packed ones ('<name>_segment_ids'); available keys: "
+                                 f"{sorted(features_spec)}")
+
+            def real_tokens(features, name):
+                if name + SEGMENT_SUFFIX in features:
+                    return tf.math.count_nonzero(features[name + SEGMENT_SUFFIX], dtype=tf.int64)
+                return tf.reduce_sum(tf.cast(features[name + LENGTH_SUFFIX], tf.int64))
 
             def count(*element):
                 features = element[0]
-                real = tf.add_n([tf.reduce_sum(tf.cast(features[n + LENGTH_SUFFIX], tf.int64))
-                                 for n in names])
+                real = tf.add_n([real_tokens(features, n) for n in names])
                 cells = tf.add_n([tf.cast(tf.size(features[n]), tf.int64) for n in names])
-                rows = tf.cast(tf.shape(features[names[0]])[0], tf.int64)
+                first = names[0]
+                if first + SEGMENT_SUFFIX in features:  # examples = segment starts
+                    rows = tf.math.count_nonzero(features[first + "_resets"], dtype=tf.int64)
+                else:
+                    rows = tf.cast(tf.shape(features[first])[0], tf.int64)
                 ops = [self.real_tokens.assign_add(real), self.cells.assign_add(cells),
                        self.examples.assign_add(rows), self.batches.assign_add(1)]
                 with tf.control_dependencies(ops):
