@@ -19,12 +19,19 @@ from tfseq.corpus import corpus_path
 from tfseq.bucketing import bucket_by_length, fit_boundaries
 
 # --- packing
+from tfseq.packing import pack, unpack
+from tfseq.packed_targets import lm_targets, packed_weights
 
 # --- splitting and distribution
+from tfseq import distribute
+from tfseq.distribute import GlobalWeightedLoss, global_weighted_mean, replica_dataset_fn
+from tfseq.distribute import mirrored_strategy, to_replicas, use_data_service
+from tfseq.splitting import prefetch_to_device, split_batch
 
 # --- tbptt
 
 # --- lod and multislot
+from tfseq import lod
 
 # --- layers
 from tfseq import layers
