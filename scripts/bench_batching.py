@@ -8,9 +8,11 @@ per batch (rows x padded length). For one run it prints one table and writes it 
   fewest steps any batching can take at this budget);
 - padding efficiency: real tokens / cells of the batch tensors;
 - batches per epoch, the largest batch in cells (must be <= max_tokens), and pipeline
-  tokens/s (real tokens per second out of the batching step, measured in-graph with
-  ``Dataset.reduce``, cached input);
-- ratios against tfseq (steps: scheme batches / tfseq batches; speed: tfseq tok/s / scheme).
+  throughput: real tokens out of the batching step per wall second and per CPU second of
+  the process (measured in-graph with ``Dataset.reduce`` on cached, shuffled input; on a
+  shared machine the CPU figure is the steadier one);
+- ratios against tfseq (steps: scheme batches / tfseq batches; speed: scheme tok/cpu-s /
+  tfseq tok/cpu-s; the JSON also has the wall-clock ratio).
 
 Usage:
   python scripts/bench_batching.py --json_out=bench_out/batching.json
@@ -176,14 +178,14 @@ def batch_numbers(batch):
                      cells])
 
 
-def measure(dataset) -> tuple[np.ndarray, float]:
-    """Runs the dataset in-graph once; returns the summed numbers and the seconds it took."""
-    start = time.perf_counter()
+def measure(dataset) -> tuple[np.ndarray, float, float]:
+    """Runs the dataset in-graph once; returns the summed numbers, wall and CPU seconds."""
+    start, cpu_start = time.perf_counter(), time.process_time()
     totals = dataset.map(batch_numbers).reduce(
         tf.zeros([5], tf.int64),
         lambda acc, x: tf.concat([acc[:4] + x[:4], tf.maximum(acc[4:], x[4:])], 0))
     totals = totals.numpy()
-    return totals, time.perf_counter() - start
+    return totals, time.perf_counter() - start, time.process_time() - cpu_start
 
 
 def main(argv):
@@ -192,7 +194,7 @@ def main(argv):
         source = f"synthetic {FLAGS.synthetic}, {FLAGS.synthetic_size} examples, seed {FLAGS.seed}"
         examples = synthetic_corpus(FLAGS.synthetic, FLAGS.synthetic_size, FLAGS.seed)
     else:
-        source = f"{','.join(FLAGS.files)} field {FLAGS.field}"
+        source = f"{','.join(os.path.relpath(f) for f in FLAGS.files)} field {FLAGS.field}"
         examples = read_corpus(FLAGS.files, FLAGS.field)
     budget, max_length = FLAGS.max_tokens, FLAGS.max_length
 
@@ -205,8 +207,12 @@ def main(argv):
     n_kept, real_per_epoch = len(kept_lengths), int(kept_lengths.sum())
     kept = examples.filter(lambda x: tf.logical_and(length_of(x) >= 1,
                                                     length_of(x) <= max_length))
-    shuffled = kept.shuffle(n_kept, seed=FLAGS.seed, reshuffle_each_iteration=True)
-    data = shuffled.repeat(FLAGS.epochs) if FLAGS.epochs > 1 else shuffled
+
+    def shuffled():
+        """The same sequence of epoch orders for every scheme (a fresh dataset each time)."""
+        data = kept.shuffle(n_kept, seed=FLAGS.seed, reshuffle_each_iteration=True)
+        return data.repeat(FLAGS.epochs) if FLAGS.epochs > 1 else data
+
     fewest = math.ceil(real_per_epoch / budget) * FLAGS.epochs
 
     setting = Setting(budget, max_length, FLAGS.seed, FLAGS.pool_size, n_kept)
@@ -216,18 +222,20 @@ def main(argv):
         schemes.append((f"tfseq, pool_size={int(size)}", lambda _, at=at: tfseq_buckets(at)))
     rows = []
     for name, build in schemes:
-        (batches, n_rows, real, cells, max_cells), seconds = measure(data.apply(build(setting)))
+        (batches, n_rows, real, cells, max_cells), seconds, cpu = measure(
+            shuffled().apply(build(setting)))
         logging.info("%s: %d batches in %.1f s", name, batches, seconds)
         assert n_rows == n_kept * FLAGS.epochs and real == real_per_epoch * FLAGS.epochs, name
         rows.append({
             "scheme": name, "step_efficiency": fewest / batches,
             "padding_efficiency": real / cells, "batches_per_epoch": batches / FLAGS.epochs,
-            "max_batch_cells": int(max_cells), "tokens_per_s": real / seconds,
+            "max_batch_cells": int(max_cells), "tokens_per_s": real / seconds, "tokens_per_cpu_s": real / cpu,
         })
     ref = next(r for r in rows if r["scheme"] == "tfseq bucket_by_length")
     for r in rows:
         r["steps_vs_tfseq"] = r["batches_per_epoch"] / ref["batches_per_epoch"]
         r["speed_vs_tfseq"] = r["tokens_per_s"] / ref["tokens_per_s"]
+        r["cpu_speed_vs_tfseq"] = r["tokens_per_cpu_s"] / ref["tokens_per_cpu_s"]
 
     print(f"corpus: {source}; {n_in} examples, {n_kept} kept (1..{max_length} tokens), "
           f"{real_per_epoch} tokens/epoch; median {int(np.median(kept_lengths))}, "
@@ -235,15 +243,15 @@ def main(argv):
     print(f"max_tokens={budget} max_length={max_length} epochs={FLAGS.epochs}: fewest "
           f"possible batches/epoch {fewest // FLAGS.epochs}; read+tokenize "
           f"{all_lengths.sum() / raw_seconds:,.0f} tok/s")
-    header = (f"{'scheme':38} {'step eff':>8} {'pad eff':>8} {'batches':>8} {'max cells':>9} "
-              f"{'tok/s':>11} {'steps/tfseq':>11} {'speed/tfseq':>11}")
+    header = (f"{'scheme':38} {'step eff':>8} {'pad eff':>7} {'batches':>7} {'max cells':>9} "
+              f"{'tok/s':>9} {'tok/cpu-s':>9} {'steps/tfseq':>11} {'tok/cpu-s/tfseq':>15}")
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['scheme']:38} {r['step_efficiency']:8.3f} {r['padding_efficiency']:8.3f} "
-              f"{r['batches_per_epoch']:8.0f} {r['max_batch_cells']:9d} "
-              f"{r['tokens_per_s']:11,.0f} {r['steps_vs_tfseq']:11.2f} "
-              f"{r['speed_vs_tfseq']:11.2f}")
+        print(f"{r['scheme']:38} {r['step_efficiency']:8.3f} {r['padding_efficiency']:7.3f} "
+              f"{r['batches_per_epoch']:7.0f} {r['max_batch_cells']:9d} "
+              f"{r['tokens_per_s']:9,.0f} {r['tokens_per_cpu_s']:9,.0f} "
+              f"{r['steps_vs_tfseq']:11.2f} {r['cpu_speed_vs_tfseq']:15.2f}")
     if FLAGS.json_out:
         os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
         with open(FLAGS.json_out, "w") as f:

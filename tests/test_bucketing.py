@@ -121,6 +121,18 @@ def test_pairs_use_the_longer_side_and_pad_each_feature_to_its_own_longest():
     ]
 
 
+def test_fixed_length_feature_counts_as_a_sequence():
+    ds = tf.data.Dataset.from_tensor_slices({
+        "ids": tf.ragged.constant([[1], [2, 3, 4]]),
+        "tags": tf.constant([[5, 6], [7, 8]]),
+    })
+    out = to_list(ds.apply(bucket_by_length(max_tokens=4, shuffle=False)))
+    assert out == [
+        {"ids": [[2, 3, 4]], "ids_length": [3], "tags": [[7, 8]], "tags_length": [2]},
+        {"ids": [[1]], "ids_length": [1], "tags": [[5, 6]], "tags_length": [2]},
+    ]
+
+
 def test_batch_multiple_rounds_rows_down():
     ds = examples([2] * 7).apply(bucket_by_length(max_tokens=10, batch_multiple=2, shuffle=False))
     assert [b["label"] for b in to_list(ds)] == [[0, 1, 2, 3], [4, 5, 6]]
