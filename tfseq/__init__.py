@@ -8,6 +8,12 @@ import os as _os
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # --- foundation: reading, vocab, tokenizing, filtering, padding, stats
+from tfseq.reading import text_lines
+from tfseq.text import Vocab, tokenize
+from tfseq.filtering import filter_by_length, filter_lines
+from tfseq.batching import pad_batch
+from tfseq.stats import BatchStats, DropCounter, default_counter, step_efficiency
+from tfseq.corpus import corpus_path
 
 # --- bucketing
 

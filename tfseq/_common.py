@@ -73,3 +73,13 @@ def check_positive_int(name: str, value, allow_none: bool = False) -> None:
         raise TypeError(f"{name} must be an int; received {name}={value!r}")
     if value <= 0:
         raise ValueError(f"{name} must be positive; received {name}={value!r}")
+
+
+def unbatch_examples(batched: tf.data.Dataset) -> tf.data.Dataset:
+    """``unbatch`` that gives 1-D ragged rows back as plain ``tf.Tensor`` features.
+
+    Vectorized steps batch examples (``ragged_batch``), work on ``[B, (T)]`` and unbatch;
+    ``unbatch`` alone leaves a ragged-rank-0 ``RaggedTensorSpec``, which the identity map
+    turns back into the ``TensorSpec([None])`` of the element contract.
+    """
+    return batched.unbatch().map(lambda example: example)

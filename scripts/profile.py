@@ -1,0 +1,190 @@
+r"""Profile a tfseq input pipeline stage by stage (no model): where does the time go?
+
+Usage:
+  python scripts/profile.py                                   # the embedded corpus
+  python scripts/profile.py --files='data/*.gz' --field=-1 --batching=pack --num_splits=4
+  python scripts/profile.py --model_step_ms=120 --trace_dir=/tmp/trace   # + TensorBoard trace
+
+For each prefix of the pipeline (read, field, clean, tokenize, filter, shuffle, batch, split,
+prefetch) it runs one pass over the data in the graph and prints examples/s and real tokens/s
+after that stage, and the time the stage adds per 1,000 examples, so the slow stage stands
+out. ``--model_step_ms`` says whether the full pipeline keeps up with a model of that step
+time. ``--trace_dir`` writes a profiler trace of the full pipeline (view it with TensorBoard's
+profile plugin: ``pip install tfseq[profile]``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("files", [], "Text files or globs (default: the embedded English corpus).")
+flags.DEFINE_integer("field", 3, "0-based TSV field with the text; -1: the whole line.")
+flags.DEFINE_enum("batching", "bucket", ["pad", "bucket", "pack"], "Batching stage.")
+flags.DEFINE_integer("max_tokens", 8192, "Token budget per batch (bucket, pack).")
+flags.DEFINE_integer("batch_size", 64, "Rows per batch for --batching=pad.")
+flags.DEFINE_integer("max_length", 512, "Length cap (longer examples are dropped, counted).")
+flags.DEFINE_integer("block_length", 512, "Row length for --batching=pack.")
+flags.DEFINE_integer("shuffle_buffer", 20000, "Shuffle buffer, in examples.")
+flags.DEFINE_integer("num_splits", 1, "Replicas for the split stage (1: no split stage).")
+flags.DEFINE_integer("max_lines", 0, "Read only the first N lines (0: all).")
+flags.DEFINE_integer("repeats", 2, "Passes per stage; the fastest is reported.")
+flags.DEFINE_float("model_step_ms", None, "A model step time to check the pipeline against.")
+flags.DEFINE_string("trace_dir", None, "Write a profiler trace of the full pipeline here.")
+flags.DEFINE_boolean("autotune", True, "tf.data.Options.autotune.enabled.")
+flags.DEFINE_integer("private_threadpool_size", 0, "tf.data threading (0: the default pool).")
+flags.DEFINE_boolean("deterministic", True, "tf.data.Options.deterministic.")
+flags.DEFINE_string("json_out", None, "Write the table here as JSON.")
+
+
+def options():
+    import tensorflow as tf
+
+    opts = tf.data.Options()
+    opts.autotune.enabled = FLAGS.autotune
+    opts.deterministic = FLAGS.deterministic
+    if FLAGS.private_threadpool_size:
+        opts.threading.private_threadpool_size = FLAGS.private_threadpool_size
+    opts.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    return opts
+
+
+def stages(files, vocab, counter):
+    """``[(name, transform)]``: applied in order, each prefix is one profiled pipeline."""
+    import tensorflow as tf
+
+    import tfseq
+
+    def field(ds):
+        if FLAGS.field < 0:
+            return ds
+        return ds.map(lambda line: tf.strings.split(line, "\t")[FLAGS.field],
+                      num_parallel_calls=tf.data.AUTOTUNE)
+
+    if FLAGS.batching == "pad":
+        batch = tfseq.pad_batch(FLAGS.batch_size, prefetch=False)
+    elif FLAGS.batching == "bucket":
+        batch = tfseq.bucket_by_length(max_tokens=FLAGS.max_tokens, max_length=FLAGS.max_length,
+                                       seed=0)
+    else:
+        batch = tfseq.pack(FLAGS.block_length, max_tokens=FLAGS.max_tokens, seed=0)
+    out = [
+        ("read", lambda _: tfseq.text_lines(files).take(FLAGS.max_lines or -1)),
+        ("field", field),
+        ("clean lines", tfseq.filter_lines(counter=counter)),
+        ("tokenize+lookup", tfseq.tokenize(vocab)),
+        ("length filter", tfseq.filter_by_length(max_length=FLAGS.max_length, counter=counter)),
+        ("shuffle", lambda ds: ds.shuffle(FLAGS.shuffle_buffer, seed=0)),
+        (f"batch ({FLAGS.batching})", batch),
+    ]
+    if FLAGS.num_splits > 1:
+        out.append((f"split x{FLAGS.num_splits}", tfseq.split_batch(FLAGS.num_splits)))
+    out.append(("prefetch", lambda ds: ds.prefetch(tf.data.AUTOTUNE)))
+    return out
+
+
+def counts(element):
+    """(examples, real tokens) in one element of any stage, as int64 scalars."""
+    import tensorflow as tf
+
+    if isinstance(element, tuple):  # split batches: add the parts
+        parts = [counts(e) for e in element]
+        return tf.add_n([p[0] for p in parts]), tf.add_n([p[1] for p in parts])
+    if not isinstance(element, dict):  # a line
+        return tf.constant(1, tf.int64), tf.constant(0, tf.int64)
+    ids = element["ids"]
+    weight = element.get("weight")
+    if ids.shape.rank == 1:
+        return tf.constant(1, tf.int64), tf.cast(tf.size(ids), tf.int64)
+    real = tf.math.count_nonzero(ids, dtype=tf.int64)
+    if "ids_segment_ids" in element:
+        seg = element["ids_segment_ids"]
+        rows = tf.reduce_sum(tf.cast(element["ids_resets"], tf.int64))
+        return rows, tf.math.count_nonzero(seg, dtype=tf.int64)
+    rows = tf.cast(tf.shape(ids)[0], tf.int64)
+    if weight is not None:
+        rows = tf.cast(tf.reduce_sum(weight), tf.int64)
+    return rows, real
+
+
+def run_pass(ds):
+    import tensorflow as tf
+
+    start = time.perf_counter()
+    examples, tokens, elements = ds.reduce(
+        (tf.constant(0, tf.int64), tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
+        lambda acc, el: tuple(a + b for a, b in zip(acc, (*counts(el), tf.constant(1, tf.int64)))))
+    return time.perf_counter() - start, int(examples), int(tokens), int(elements)
+
+
+def main(argv):
+    del argv
+    import tensorflow as tf
+
+    import tfseq
+
+    files = tfseq.reading.resolve_files(FLAGS.files or [tfseq.corpus_path()])
+    texts = tfseq.text_lines(files)
+    if FLAGS.field >= 0:
+        texts = texts.map(lambda line: tf.strings.split(line, "\t")[FLAGS.field])
+    vocab = tfseq.Vocab.build(texts)
+    counter = tfseq.DropCounter()
+
+    rows, ds, previous = [], None, None
+    for name, transform in stages(files, vocab, counter):
+        ds = transform(ds)
+        best = None
+        for _ in range(FLAGS.repeats):
+            result = run_pass(ds.with_options(options()))
+            best = result if best is None or result[0] < best[0] else best
+        seconds, examples, tokens, elements = best
+        per_1k = 1000 * seconds / max(examples, 1)
+        rows.append({"stage": name, "seconds": seconds, "examples": examples, "elements": elements,
+                     "real_tokens": tokens, "examples_per_s": examples / seconds,
+                     "tokens_per_s": tokens / seconds if tokens else None,
+                     "ms_per_1k_examples": per_1k,
+                     "stage_ms_per_1k": per_1k - (previous or 0.0)})
+        previous = per_1k
+
+    print(f"\n{'after stage':18s} {'examples/s':>11s} {'tokens/s':>11s} {'elements':>9s} "
+          f"{'ms/1k ex':>9s} {'stage adds':>11s}")
+    slowest = max(rows[1:], key=lambda r: r["stage_ms_per_1k"]) if len(rows) > 1 else rows[0]
+    for r in rows:
+        tokens = f"{r['tokens_per_s']:11,.0f}" if r["tokens_per_s"] else f"{'-':>11s}"
+        mark = "  <- slowest" if r is slowest else ""
+        print(f"{r['stage']:18s} {r['examples_per_s']:11,.0f} {tokens} {r['elements']:9d} "
+              f"{r['ms_per_1k_examples']:9.2f} {r['stage_ms_per_1k']:+10.2f}{mark}")
+    opts = options()
+    print(f"\ntf.data options: autotune={opts.autotune.enabled} deterministic={opts.deterministic} "
+          f"private_threadpool_size={opts.threading.private_threadpool_size or 'default'}; "
+          f"{os.cpu_count()} CPUs; drops: {counter.drops()}")
+    final = rows[-1]
+    verdict = None
+    if FLAGS.model_step_ms is not None:
+        batch_ms = 1000 * final["seconds"] / max(final["elements"], 1)
+        starves = batch_ms > FLAGS.model_step_ms
+        verdict = {"batch_ms": batch_ms, "model_step_ms": FLAGS.model_step_ms, "starves": starves}
+        print(f"pipeline: {batch_ms:.2f} ms per batch vs model step {FLAGS.model_step_ms:.2f} ms -> "
+              + ("WOULD STARVE the model: speed up the stage marked slowest"
+                 if starves else f"keeps up ({FLAGS.model_step_ms / batch_ms:.1f}x headroom)"))
+    if FLAGS.trace_dir:
+        tf.profiler.experimental.start(FLAGS.trace_dir)
+        run_pass(ds.with_options(options()))
+        tf.profiler.experimental.stop()
+        print(f"profiler trace written to {FLAGS.trace_dir}")
+    if FLAGS.json_out:
+        os.makedirs(os.path.dirname(FLAGS.json_out) or ".", exist_ok=True)
+        with open(FLAGS.json_out, "w") as f:
+            json.dump({"rows": rows, "model_check": verdict, "drops": counter.drops()}, f, indent=2)
+
+
+if __name__ == "__main__":
+    app.run(main)

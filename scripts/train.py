@@ -1,0 +1,219 @@
+r"""Train a tfseq task end to end: pipeline -> Keras model -> report.
+
+Usage:
+  python scripts/train.py --task=classify --model_dir=runs/demo
+  python scripts/train.py --flagfile=runs/demo/flags.txt          # same config again
+  python scripts/train.py --task=classify --batching=pad --batch_size=32 --epochs=1
+
+Runs are resumable: checkpoints (model, optimizer, the tf.data iterator and the drop counters)
+go to ``--model_dir`` every ``--checkpoint_every`` steps, at each epoch end and on
+SIGINT/SIGTERM; running the same command again continues mid-epoch with no example lost or
+repeated. ``--model_dir`` also gets ``flags.txt`` (usable with ``--flagfile``), ``argv.json``,
+TensorBoard logs under ``logs/`` and ``report.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags, logging  # noqa: E402
+
+from pipelines import tasks  # noqa: E402
+
+FLAGS = flags.FLAGS
+_FLAGS_BEFORE = set(FLAGS)
+
+flags.DEFINE_enum("task", "classify", sorted(tasks.TASKS), "Which task to train.")
+flags.DEFINE_string("model_dir", "runs/default", "Checkpoints, logs, flags and the report.")
+flags.DEFINE_list("files", [], "Input files or globs (default: the embedded corpus).")
+flags.DEFINE_string("vocab", None, "Vocabulary file to load instead of building one.")
+flags.DEFINE_enum("batching", None, ["pad", "bucket", "pack"], "Batching mode (task default).")
+flags.DEFINE_integer("batch_size", None, "Examples per batch for --batching=pad.")
+flags.DEFINE_integer("max_tokens", None, "Token budget (rows x padded length) per batch.")
+flags.DEFINE_integer("max_length", None, "Longer examples are dropped (counted).")
+flags.DEFINE_integer("block_length", None, "Row length for --batching=pack.")
+flags.DEFINE_list("boundaries", None, "Bucket boundaries for --batching=bucket.")
+flags.DEFINE_integer("seed", 0, "Seed for shuffling.")
+flags.DEFINE_integer("epochs", 2, "Epochs to train.")
+flags.DEFINE_integer("max_steps", None, "Stop after this many steps in this run (resumable).")
+flags.DEFINE_integer("checkpoint_every", 200, "Checkpoint every N steps (0: epoch ends only).")
+flags.DEFINE_boolean("mixed_precision", False, "Train with the mixed_float16 policy.")
+flags.DEFINE_integer("num_replicas", 1, "Replicas (GPUs, or logical CPUs without a GPU).")
+flags.DEFINE_string("data_service", None, "tf.data service address, e.g. grpc://localhost:5000.")
+flags.DEFINE_integer("tbptt", None, "Truncated-BPTT chunk length (task lm).")
+flags.DEFINE_integer("verbose", 1, "1: progress bar; 0: quiet.")
+OWN_FLAGS = sorted(set(FLAGS) - _FLAGS_BEFORE)
+
+# Flag -> task Config field. A flag given explicitly must exist in the task's Config.
+_CONFIG_FLAGS = {
+    "files": "files", "vocab": "vocab_path", "batching": "batching", "batch_size": "batch_size",
+    "max_tokens": "max_tokens", "max_length": "max_length", "block_length": "block_length",
+    "boundaries": "boundaries", "seed": "seed", "tbptt": "tbptt",
+}
+
+
+def build_config(pipeline):
+    """The task's Config with every explicitly given flag applied.
+
+    Raises:
+      app.UsageError: a flag the task does not use, or flags that conflict.
+    """
+    fields = {f.name for f in dataclasses.fields(pipeline.Config)}
+    values = {}
+    for flag_name, field in _CONFIG_FLAGS.items():
+        flag = FLAGS[flag_name]
+        if not flag.present:
+            continue
+        if field not in fields:
+            raise app.UsageError(f"--{flag_name} is not used by --task={FLAGS.task} "
+                                 f"(its options: {sorted(fields)})")
+        value = flag.value
+        if flag_name == "files":
+            value = tuple(value)
+        if flag_name == "boundaries":
+            value = tuple(int(b) for b in value)
+        values[field] = value
+    config = dataclasses.replace(pipeline.Config(), **values)
+    batching = getattr(config, "batching", None)
+    if FLAGS["batch_size"].present and batching != "pad":
+        raise app.UsageError(f"--batch_size applies to --batching=pad, not --batching={batching} "
+                             "(use --max_tokens for a token budget)")
+    if FLAGS["block_length"].present and batching != "pack":
+        raise app.UsageError(f"--block_length applies to --batching=pack, not --batching={batching}")
+    if FLAGS["boundaries"].present and batching != "bucket":
+        raise app.UsageError(f"--boundaries applies to --batching=bucket, not --batching={batching}")
+    return config
+
+
+def save_run_files(model_dir: str, argv) -> None:
+    os.makedirs(model_dir, exist_ok=True)
+    # Only this binary's flags: a flagfile must parse before TensorFlow defines its own.
+    serialized = [FLAGS[name].serialize() for name in OWN_FLAGS]
+    with open(os.path.join(model_dir, "flags.txt"), "w") as f:
+        f.write("\n".join(s for s in serialized if s) + "\n")
+    with open(os.path.join(model_dir, "argv.json"), "w") as f:
+        json.dump(list(argv), f)
+
+
+def format_report(report: dict) -> str:
+    lines = ["", "=" * 64, f"tfseq report: task={report['task']}"]
+    for split in ("train", "eval"):
+        c = report["counters"][split]
+        read = c["seen"].get("lines_read", 0)
+        dropped = {k: v for k, v in c["drops"].items() if v}
+        lines.append(f"  {split:5s} lines read {read:7d}   dropped {sum(dropped.values()):6d} "
+                     f"{dropped if dropped else ''}")
+    if "padding_efficiency" in report:
+        lines.append(f"  padding efficiency of training batches: {report['padding_efficiency']:.3f}")
+    lines.append(f"  training: {report['steps']} steps, {report['train_seconds']:.1f} s, "
+                 f"{report['real_tokens_per_second']:,.0f} real tokens/s")
+    for key, value in report.get("eval", {}).items():
+        lines.append(f"  held-out {key}: {value:.4f}")
+    if "majority_baseline" in report:
+        lines.append(f"  majority-class baseline: {report['majority_baseline']:.4f}")
+    if report.get("interrupted"):
+        lines.append("  (interrupted: run the same command again to resume)")
+    lines.append("=" * 64)
+    return "\n".join(lines)
+
+
+def main(argv):
+    import keras
+    import tensorflow as tf
+
+    from tfseq import summaries
+    from tfseq.training import Trainer
+
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    pipeline, model_module = tasks.load(FLAGS.task)
+    config = build_config(pipeline)
+    save_run_files(FLAGS.model_dir, sys.argv)
+    if FLAGS.mixed_precision:
+        keras.mixed_precision.set_global_policy("mixed_float16")
+    logging.info("config: %s", config)
+
+    train_ds, eval_ds, info = pipeline.datasets(config)
+    model = model_module.build_model(config, info)
+    counters = info.get("counters", {})
+    stats = info.get("stats", {})
+    writer = tf.summary.create_file_writer(os.path.join(FLAGS.model_dir, "logs"))
+    train_stats = stats.get("train")
+    started = [time.perf_counter()]
+    recent_lengths = []  # real tokens per row since the last summary
+
+    def on_batch(batch):
+        ids = batch[0].get("ids") if isinstance(batch[0], dict) else None
+        if isinstance(ids, tf.Tensor) and ids.shape.rank == 2:
+            recent_lengths.extend(tf.math.count_nonzero(ids, axis=1).numpy().tolist())
+
+    def on_step(step, logs):
+        if step % 50:
+            return
+        with writer.as_default():
+            for k, v in logs.items():
+                summaries.scalar(f"train/{k}", v, step)
+            if train_stats is not None:
+                summaries.scalar("input/padding_efficiency", train_stats.padding_efficiency(), step)
+                seconds = time.perf_counter() - started[0]
+                summaries.scalar("input/real_tokens_per_second",
+                                 int(train_stats.real_tokens.numpy()) / max(seconds, 1e-9), step)
+            for split, counter in counters.items():
+                for reason, n in counter.drops().items():
+                    summaries.scalar(f"drops_{split}/{reason}", n, step)
+            summaries.histogram("input/real_length_per_row", recent_lengths, step)
+        recent_lengths.clear()
+
+    def eval_fn(epoch):
+        results = model.evaluate(eval_ds, verbose=0, return_dict=True)
+        with writer.as_default():
+            for k, v in results.items():
+                summaries.scalar(f"eval/{k}", v, epoch)
+        return {f"eval_{k}": float(v) for k, v in results.items()}
+
+    trainer = Trainer(model, train_ds, model_dir=FLAGS.model_dir,
+                      checkpoint_every=FLAGS.checkpoint_every,
+                      trackables={f"counter_{k}": v for k, v in _counter_vars(counters).items()},
+                      on_step=on_step, on_batch=on_batch)
+    resumed = trainer.restore()
+    if resumed and FLAGS.verbose:
+        print(f"Resuming from {FLAGS.model_dir}: epoch {int(trainer.epoch.numpy()) + 1}, "
+              f"step {int(trainer.step_in_epoch.numpy())} of that epoch")
+    result = trainer.fit(FLAGS.epochs, verbose=FLAGS.verbose, eval_fn=eval_fn,
+                         max_steps=FLAGS.max_steps)
+
+    report = {"task": FLAGS.task, "config": dataclasses.asdict(config),
+              "steps": result.steps_done, "epochs": result.epochs_done,
+              "interrupted": result.interrupted, "train_seconds": result.train_seconds,
+              "history": result.history}
+    if train_stats is not None:
+        report["padding_efficiency"] = train_stats.padding_efficiency()
+        report["real_tokens"] = int(train_stats.real_tokens.numpy())
+    report["real_tokens_per_second"] = (report.get("real_tokens", 0) / result.train_seconds
+                                        if result.train_seconds else 0.0)
+    if not result.interrupted:
+        report["eval"] = {k: float(v) for k, v in
+                          model.evaluate(eval_ds, verbose=0, return_dict=True).items()}
+        if hasattr(pipeline, "majority_baseline"):
+            report["majority_baseline"] = pipeline.majority_baseline(eval_ds)
+    report["counters"] = {k: {"seen": c.seen(), "drops": c.drops()} for k, c in counters.items()}
+    with open(os.path.join(FLAGS.model_dir, "report.json"), "w") as f:
+        json.dump(report, f, indent=2, default=str)
+    print(format_report(report))
+
+
+def _counter_vars(counters):
+    """The counters' variables as checkpointable objects."""
+    return {f"{split}_{name}": var for split, counter in counters.items()
+            for name, var in counter.variables().items()}
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,34 @@
+"""scripts/profile.py and scripts/bench_pipeline.py run and report every stage."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_script(name, *args, timeout=600):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", name), *args],
+                         capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_profile_has_a_row_per_stage_with_positive_rates(tmp_path):
+    out = run_script("profile.py", "--max_lines=2000", "--repeats=1", "--batching=pad",
+                     "--model_step_ms=1000", f"--json_out={tmp_path / 'p.json'}")
+    report = json.loads((tmp_path / "p.json").read_text())
+    stages = [r["stage"] for r in report["rows"]]
+    assert stages == ["read", "field", "clean lines", "tokenize+lookup", "length filter",
+                      "shuffle", "batch (pad)", "prefetch"]
+    for row in report["rows"]:
+        assert row["examples"] == 2000 and row["examples_per_s"] > 0
+    for row in report["rows"][3:]:
+        assert row["tokens_per_s"] > 0
+    assert report["model_check"]["model_step_ms"] == 1000
+    assert "<- slowest" in out.stdout and "keeps up" in out.stdout

@@ -1,0 +1,98 @@
+"""Vocab build/save/load/lookup and tokenize."""
+
+import pytest
+import tensorflow as tf
+
+import tfseq
+from conftest import to_list
+
+
+def lines(*texts):
+    return tf.data.Dataset.from_tensor_slices(list(texts))
+
+
+def test_build_orders_by_count_then_token_with_reserved_first():
+    vocab = tfseq.Vocab.build(lines("b a b", "c b a", "d"))
+    assert vocab.tokens == ["<pad>", "<unk>", "<s>", "</s>", "b", "a", "c", "d"]
+
+
+def test_min_count_and_max_size():
+    data = lines("b a b", "c b a", "d")
+    assert tfseq.Vocab.build(data, min_count=2).tokens[4:] == ["b", "a"]
+    assert tfseq.Vocab.build(data, max_size=5).tokens[4:] == ["b"]
+
+
+def test_save_load_round_trip(tmp_path):
+    vocab = tfseq.Vocab.build(lines("ñ ü ñ", "x"))
+    path = tmp_path / "vocab.txt"
+    vocab.save(path)
+    assert path.read_text(encoding="utf-8") == "<pad>\n<unk>\n<s>\n</s>\nñ\nx\nü\n"
+    assert tfseq.Vocab.load(path).tokens == vocab.tokens
+
+
+def test_load_rejects_bad_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.txt"):
+        tfseq.Vocab.load(tmp_path / "nope.txt")
+    bad = tmp_path / "bad.txt"
+    bad.write_text("<pad>\n<unk>\n<s>\n</s>\na\nb\na\n")
+    with pytest.raises(ValueError, match=r"bad.txt: Duplicate token 'a' at ids 4 and 6"):
+        tfseq.Vocab.load(bad)
+    no_reserved = tmp_path / "nr.txt"
+    no_reserved.write_text("a\nb\n")
+    with pytest.raises(ValueError, match="reserved tokens"):
+        tfseq.Vocab.load(no_reserved)
+
+
+def test_lookup_dense_and_ragged_unknown_is_1():
+    vocab = tfseq.Vocab(["<pad>", "<unk>", "<s>", "</s>", "a", "b"])
+    assert vocab.lookup(tf.constant(["b", "zz", "a"])).numpy().tolist() == [5, 1, 4]
+    ragged = tf.ragged.constant([["a"], [], ["b", "q"]])
+    assert vocab.lookup(ragged).to_list() == [[4], [], [5, 1]]
+    assert vocab.lookup(tf.constant(["a"])).dtype == tf.int32
+    assert to_list(vocab.to_tokens(tf.constant([5, 4, 99]))) == ["b", "a", "<unk>"]
+
+
+VOCAB = tfseq.Vocab(["<pad>", "<unk>", "<s>", "</s>", "in", "the", "beginning", ",", "god"])
+
+
+def test_tokenize_whitespace_with_bos_eos():
+    ds = lines("in the  beginning", "the end").apply(tfseq.tokenize(VOCAB, add_bos=True, add_eos=True))
+    assert to_list(ds) == [{"ids": [2, 4, 5, 6, 3]}, {"ids": [2, 5, 1, 3]}]
+    assert ds.element_spec == {"ids": tf.TensorSpec([None], tf.int32)}
+
+
+def test_tokenize_unicode_script_splits_punctuation_and_lowercase():
+    ds = lines("In the beginning, God").apply(
+        tfseq.tokenize(VOCAB, tokenizer="unicode_script", lowercase=True))
+    assert to_list(ds) == [{"ids": [4, 5, 6, 7, 8]}]
+
+
+def test_tokenize_wordpiece():
+    vocab = tfseq.Vocab(["<pad>", "<unk>", "<s>", "</s>", "begin", "##ning", "the"])
+    ds = lines("the beginning xyz").apply(tfseq.tokenize(vocab, tokenizer="wordpiece"))
+    assert to_list(ds) == [{"ids": [6, 4, 5, 1]}]
+
+
+def test_tokenize_dict_key_for_pairs():
+    pairs = tf.data.Dataset.from_tensor_slices({"source": ["the god"], "target": ["in"]})
+    ds = pairs.apply(tfseq.tokenize(VOCAB, key="source")).apply(tfseq.tokenize(VOCAB, key="target"))
+    assert to_list(ds) == [{"source": [5, 8], "target": [4]}]
+
+
+def test_tokenize_three_ways_eager_map_batched():
+    tok = tfseq.text.get_tokenizer()
+    eager = VOCAB.lookup(tok.tokenize(tf.constant("the god")))
+    assert eager.numpy().tolist() == [5, 8]
+    mapped = to_list(lines("the god").apply(tfseq.tokenize(VOCAB)))
+    assert mapped == [{"ids": [5, 8]}]
+    batched = VOCAB.lookup(tok.tokenize(tf.constant(["the god", "in"])))
+    assert batched.to_list() == [[5, 8], [4]]
+
+
+def test_tokenize_errors():
+    with pytest.raises(ValueError, match="Unknown tokenizer 'bpe'"):
+        tfseq.tokenize(VOCAB, tokenizer="bpe")
+    with pytest.raises(ValueError, match="Unknown key 'text'"):
+        tf.data.Dataset.from_tensor_slices({"line": ["a"]}).apply(tfseq.tokenize(VOCAB, key="text"))
+    with pytest.raises(ValueError, match="wordpiece"):
+        tfseq.text.get_tokenizer("wordpiece")

@@ -1,0 +1,200 @@
+"""Counting: dropped examples by reason, elements seen, and batch efficiency.
+
+Counts live in ``tf.Variable``s updated from inside the tf.data graph, so they are exact,
+cost no Python in the data path, and can be read at any time (during or after an epoch)::
+
+    counter = tfseq.DropCounter()
+    ds = tfseq.text_lines(files).apply(counter.tally("lines_read"))
+    ds = ds.apply(tfseq.filter_lines(counter=counter))
+    ...
+    counter.drops()   # {"empty": 18, "too_long": 3}
+    counter.seen()    # {"lines_read": 31102}
+
+The invariant every pipeline keeps: for one pass over the data,
+``lines_read == examples emitted + sum(counter.drops().values())``.
+
+A counter is per process: with the tf.data service the counts stay on the workers.
+A dataset that ``cache()``s after a counting step counts the first pass only.
+
+Shapes: B = batch, T = time.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import tensorflow as tf
+
+from tfseq._common import LENGTH_SUFFIX, Transform, require_dict_spec
+
+
+class DropCounter:
+    """Named int64 counters for dropped examples (by reason) and for elements seen.
+
+    Reasons are registered in Python when a transformation is built, so every reason a
+    pipeline can drop for is listed (with 0) before the first element is read.
+    """
+
+    def __init__(self, name: str = "counter"):
+        self.name = name
+        self._drops: dict[str, tf.Variable] = {}
+        self._seen: dict[str, tf.Variable] = {}
+
+    @staticmethod
+    def _variable(table: dict, key: str, prefix: str) -> tf.Variable:
+        if key not in table:
+            with tf.init_scope():
+                table[key] = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                         name=f"{prefix}_{key}".replace(" ", "_"))
+        return table[key]
+
+    def register(self, *reasons: str) -> None:
+        """Declares drop reasons up front so they are reported even when their count is 0."""
+        for reason in reasons:
+            self._variable(self._drops, reason, "drops")
+
+    def count(self, reason: str, n=1):
+        """Adds ``n`` (int scalar tensor or int) to the drop count of ``reason``; returns the op."""
+        var = self._variable(self._drops, reason, "drops")
+        return var.assign_add(tf.cast(n, tf.int64))
+
+    def keep_if(self, checks: Mapping[str, tf.Tensor]) -> tf.Tensor:
+        """Filter predicate: counts the first failing check and returns whether all passed.
+
+        Args:
+          checks: ordered mapping ``reason -> bool`` (a scalar, or ``[B]`` for a batch of
+            elements), true meaning *drop for this reason*. The first true reason is the one
+            counted, so each dropped element counts once.
+
+        Returns:
+          bool of the checks' shape: true where no check fired (keep the element).
+        """
+        dropped = None
+        updates = []
+        for reason, fires in checks.items():
+            first = fires if dropped is None else tf.logical_and(fires, tf.logical_not(dropped))
+            updates.append(self.count(reason, tf.reduce_sum(tf.cast(first, tf.int64))))
+            dropped = fires if dropped is None else tf.logical_or(dropped, fires)
+        if dropped is None:
+            return tf.constant(True)
+        with tf.control_dependencies(updates):
+            return tf.logical_not(tf.identity(dropped))
+
+    def tally(self, name: str) -> Transform:
+        """Transformation that counts the elements passing through under ``name``."""
+
+        def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
+            var = self._variable(self._seen, name, "seen")
+
+            def count(element):
+                with tf.control_dependencies([var.assign_add(1)]):
+                    return tf.nest.map_structure(tf.identity, element)
+
+            return dataset.map(count)
+
+        return apply
+
+    def drops(self) -> dict[str, int]:
+        """``{reason: count}`` for every registered reason (read now; works mid-epoch)."""
+        return {k: int(v.numpy()) for k, v in sorted(self._drops.items())}
+
+    def seen(self) -> dict[str, int]:
+        """``{name: count}`` for every ``tally`` point."""
+        return {k: int(v.numpy()) for k, v in sorted(self._seen.items())}
+
+    def variables(self) -> dict[str, tf.Variable]:
+        """Every counter variable by a unique name, e.g. to save them in a ``tf.train.Checkpoint``."""
+        out = {f"drops_{k}": v for k, v in self._drops.items()}
+        out.update({f"seen_{k}": v for k, v in self._seen.items()})
+        return {k.replace(" ", "_"): v for k, v in out.items()}
+
+    def total_dropped(self) -> int:
+        return sum(self.drops().values())
+
+    def reset(self) -> None:
+        for v in list(self._drops.values()) + list(self._seen.values()):
+            v.assign(0)
+
+    def __repr__(self) -> str:
+        return f"DropCounter(name={self.name!r}, seen={self.seen()}, drops={self.drops()})"
+
+
+_DEFAULT: DropCounter | None = None
+
+
+def default_counter() -> DropCounter:
+    """The process-wide counter used by transformations given ``counter=None``."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = DropCounter("default")
+    return _DEFAULT
+
+
+def resolve_counter(counter: DropCounter | None) -> DropCounter:
+    return default_counter() if counter is None else counter
+
+
+class BatchStats:
+    """Accumulates real tokens, padded cells, examples and batches of padded batches in-graph.
+
+    ``ds.apply(stats.track())`` on a padded-batch dataset (dense ``[B, T]`` features with
+    ``<name>_length``) adds each batch's numbers; ``padding_efficiency()`` is then
+    real tokens / tensor cells over every batch that went through, e.g. all batches a model
+    trained on.
+    """
+
+    def __init__(self):
+        with tf.init_scope():
+            self.real_tokens = tf.Variable(0, dtype=tf.int64, trainable=False)
+            self.cells = tf.Variable(0, dtype=tf.int64, trainable=False)
+            self.examples = tf.Variable(0, dtype=tf.int64, trainable=False)
+            self.batches = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def track(self, keys=None) -> Transform:
+        """Transformation that counts each padded batch; ``keys`` defaults to every ``*_length``."""
+
+        def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
+            spec = dataset.element_spec
+            features_spec = spec[0] if isinstance(spec, tuple) else spec
+            features_spec = require_dict_spec(features_spec, "BatchStats.track")
+            names = keys or [k[: -len(LENGTH_SUFFIX)] for k in features_spec
+                             if k.endswith(LENGTH_SUFFIX) and k[: -len(LENGTH_SUFFIX)] in features_spec]
+            if not names:
+                raise ValueError("BatchStats.track needs padded batches with '<name>_length' keys; "
+                                 f"available keys: {sorted(features_spec)}")
+
+            def count(*element):
+                features = element[0]
+                real = tf.add_n([tf.reduce_sum(tf.cast(features[n + LENGTH_SUFFIX], tf.int64))
+                                 for n in names])
+                cells = tf.add_n([tf.cast(tf.size(features[n]), tf.int64) for n in names])
+                rows = tf.cast(tf.shape(features[names[0]])[0], tf.int64)
+                ops = [self.real_tokens.assign_add(real), self.cells.assign_add(cells),
+                       self.examples.assign_add(rows), self.batches.assign_add(1)]
+                with tf.control_dependencies(ops):
+                    out = tf.nest.map_structure(tf.identity, element)
+                return out if len(out) > 1 else out[0]
+
+            return dataset.map(count)
+
+        return apply
+
+    def padding_efficiency(self) -> float:
+        cells = int(self.cells.numpy())
+        return int(self.real_tokens.numpy()) / cells if cells else 0.0
+
+    def as_dict(self) -> dict:
+        return {"real_tokens": int(self.real_tokens.numpy()), "cells": int(self.cells.numpy()),
+                "examples": int(self.examples.numpy()), "batches": int(self.batches.numpy()),
+                "padding_efficiency": self.padding_efficiency()}
+
+    def reset(self) -> None:
+        for v in (self.real_tokens, self.cells, self.examples, self.batches):
+            v.assign(0)
+
+
+def step_efficiency(real_tokens: int, batches: int, max_tokens: int) -> float:
+    """``ceil(real_tokens / max_tokens) / batches``: 1.0 means no batch could have been saved."""
+    if batches <= 0:
+        return 0.0
+    return -(-real_tokens // max_tokens) / batches

@@ -1,0 +1,291 @@
+"""Vocabularies and tokenization on tensorflow-text, with in-graph lookup.
+
+Shapes: B = batch, T = tokens.
+
+``Vocab`` maps tokens to int32 ids with reserved ids ``<pad>``=0, ``<unk>``=1, ``<s>``=2,
+``</s>``=3; it is built from text (frequency cut-offs), saved as a plain text file of one token
+per line (line number = id), and looked up in the graph with a ``tf.lookup.StaticHashTable``.
+
+``tokenize(vocab)`` turns lines into examples::
+
+    "In the beginning"  ->  {"ids": int32 [(T)]}  e.g. [57, 4, 302]
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from typing import Iterable, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from tfseq._common import Transform, unbatch_examples
+
+PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
+RESERVED = (PAD, UNK, BOS, EOS)
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+TOKENIZERS = ("whitespace", "unicode_script", "wordpiece")
+
+
+class Vocab:
+    """A token <-> id mapping with the reserved ids first.
+
+    Args:
+      tokens: every token in id order; must start with ``<pad>, <unk>, <s>, </s>`` and be unique.
+
+    Raises:
+      ValueError: the reserved tokens are missing or out of place, a token is empty, contains
+        whitespace-breaking characters (newline), or appears twice (the message names it and
+        its ids).
+    """
+
+    def __init__(self, tokens: Sequence[str]):
+        tokens = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in tokens]
+        if tuple(tokens[: len(RESERVED)]) != RESERVED:
+            raise ValueError(f"A vocabulary must start with the reserved tokens {list(RESERVED)}; "
+                             f"received {tokens[:len(RESERVED)]}")
+        first_id = {}
+        for i, token in enumerate(tokens):
+            if not token or "\n" in token or "\r" in token:
+                raise ValueError(f"Invalid token {token!r} at id {i}: tokens must be non-empty "
+                                 "and contain no line breaks")
+            if token in first_id:
+                raise ValueError(f"Duplicate token {token!r} at ids {first_id[token]} and {i}")
+            first_id[token] = i
+        self._tokens = tokens
+        self._table = None
+        self._tokens_tensor = None
+
+    # -- construction --------------------------------------------------------------------
+    @classmethod
+    def build(cls, lines: tf.data.Dataset | str | Iterable[str], *, tokenizer=None,
+              min_count: int = 1, max_size: int | None = None, batch_size: int = 4096) -> "Vocab":
+        """Counts tokens over ``lines`` and keeps the frequent ones.
+
+        Args:
+          lines: a dataset of ``tf.string`` lines, or file paths/globs (read with
+            ``tfseq.text_lines``; no cleaning applied).
+          tokenizer: as in ``tokenize``; must be the one used at training time.
+          min_count: keep tokens seen at least this often.
+          max_size: cap on the vocabulary size including the 4 reserved tokens.
+          batch_size: lines tokenized per graph call.
+
+        Returns:
+          A ``Vocab`` ordered by decreasing count (ties broken by the token's bytes).
+        """
+        if min_count < 1:
+            raise ValueError(f"min_count must be >= 1; received min_count={min_count}")
+        if max_size is not None and max_size <= len(RESERVED):
+            raise ValueError(f"max_size must exceed the {len(RESERVED)} reserved tokens; "
+                             f"received max_size={max_size}")
+        if not isinstance(lines, tf.data.Dataset):
+            from tfseq.reading import text_lines
+            lines = text_lines(lines)
+        tok = get_tokenizer(tokenizer)
+        counts: collections.Counter = collections.Counter()
+        batches = lines.batch(batch_size).map(
+            lambda b: tok.tokenize(b).flat_values, num_parallel_calls=tf.data.AUTOTUNE)
+        for flat in batches.as_numpy_iterator():
+            uniq, n = np.unique(flat, return_counts=True)
+            counts.update(dict(zip(uniq.tolist(), n.tolist())))
+        reserved = {t.encode() for t in RESERVED}
+        kept = [(t, c) for t, c in counts.items() if c >= min_count and t not in reserved]
+        kept.sort(key=lambda tc: (-tc[1], tc[0]))
+        if max_size is not None:
+            kept = kept[: max_size - len(RESERVED)]
+        return cls(list(RESERVED) + [t.decode("utf-8", errors="replace") for t, _ in kept])
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes one token per line, UTF-8; line i (0-based) is id i."""
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(self._tokens) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Vocab":
+        """Reads a file written by ``save``.
+
+        Raises:
+          FileNotFoundError: no such file.
+          ValueError: the file is not a valid vocabulary (message names the file and line).
+        """
+        path = os.fspath(path)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"No vocabulary file at {path!r}")
+        with open(path, "rb") as f:
+            raw = f.read()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = raw[: e.start].count(b"\n") + 1
+            raise ValueError(f"{path}:{line}: invalid UTF-8 in vocabulary file") from e
+        tokens = text.split("\n")
+        if tokens and tokens[-1] == "":
+            tokens.pop()
+        tokens = [t[:-1] if t.endswith("\r") else t for t in tokens]
+        try:
+            return cls(tokens)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from e
+
+    # -- use -----------------------------------------------------------------------------
+    @property
+    def tokens(self) -> list[str]:
+        return list(self._tokens)
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def size(self) -> int:
+        return len(self._tokens)
+
+    def _lookup_table(self) -> tf.lookup.StaticHashTable:
+        if self._table is None:
+            with tf.init_scope():
+                keys = tf.constant(self._tokens)
+                values = tf.range(len(self._tokens), dtype=tf.int32)
+                self._table = tf.lookup.StaticHashTable(
+                    tf.lookup.KeyValueTensorInitializer(keys, values), default_value=UNK_ID)
+                self._tokens_tensor = keys
+        return self._table
+
+    def lookup(self, tokens):
+        """Token strings -> int32 ids (unknown tokens -> 1); any shape, dense or ragged."""
+        table = self._lookup_table()
+        if isinstance(tokens, tf.RaggedTensor):
+            return tokens.with_flat_values(table.lookup(tokens.flat_values))
+        return table.lookup(tf.convert_to_tensor(tokens, tf.string))
+
+    def to_tokens(self, ids):
+        """int ids -> token strings (ids outside the vocabulary -> ``<unk>``); dense or ragged."""
+        self._lookup_table()
+        if isinstance(ids, tf.RaggedTensor):
+            return ids.with_flat_values(self.to_tokens(ids.flat_values))
+        ids = tf.convert_to_tensor(ids)
+        ids = tf.where((ids >= 0) & (ids < len(self._tokens)), ids, tf.cast(UNK_ID, ids.dtype))
+        return tf.gather(self._tokens_tensor, ids)
+
+    def __repr__(self) -> str:
+        return f"Vocab(size={len(self)}, first={self._tokens[4:9]})"
+
+
+class _WordpieceTokenizer:
+    """Whitespace split, then wordpieces from the vocabulary's ``##`` continuation tokens."""
+
+    def __init__(self, vocab: Vocab):
+        self._whitespace = tf_text.WhitespaceTokenizer()
+        with tf.init_scope():
+            table = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(
+                    tf.constant(vocab.tokens), tf.range(vocab.size, dtype=tf.int64)),
+                default_value=-1)
+            self._wordpiece = tf_text.WordpieceTokenizer(
+                table, token_out_type=tf.string, unknown_token=UNK)
+
+    def tokenize(self, lines):
+        words = self._whitespace.tokenize(lines)
+        return self._wordpiece.tokenize(words).merge_dims(-2, -1)
+
+
+def get_tokenizer(tokenizer=None, vocab: Vocab | None = None):
+    """Resolves a tokenizer name or object.
+
+    Args:
+      tokenizer: ``None``/``"whitespace"`` (``tensorflow_text.WhitespaceTokenizer``),
+        ``"unicode_script"`` (``UnicodeScriptTokenizer``: splits punctuation and scripts),
+        ``"wordpiece"`` (whitespace then ``WordpieceTokenizer`` over ``vocab``'s ``##`` pieces),
+        or any object with a ``tokenize(strings) -> RaggedTensor`` method.
+      vocab: needed for ``"wordpiece"``.
+
+    Raises:
+      ValueError: an unknown name, or ``"wordpiece"`` without a vocab.
+    """
+    if tokenizer is None or tokenizer == "whitespace":
+        return tf_text.WhitespaceTokenizer()
+    if tokenizer == "unicode_script":
+        return tf_text.UnicodeScriptTokenizer()
+    if tokenizer == "wordpiece":
+        if vocab is None:
+            raise ValueError("tokenizer='wordpiece' needs the wordpiece vocabulary (vocab=...)")
+        return _WordpieceTokenizer(vocab)
+    if isinstance(tokenizer, str):
+        raise ValueError(f"Unknown tokenizer {tokenizer!r}; expected one of {TOKENIZERS} "
+                         "or an object with a tokenize() method")
+    if not hasattr(tokenizer, "tokenize"):
+        raise TypeError(f"tokenizer must be a name or have a tokenize() method; "
+                        f"received {tokenizer!r}")
+    return tokenizer
+
+
+def tokenize(vocab: Vocab, *, tokenizer=None, key: str = "ids", add_bos: bool = False,
+             add_eos: bool = False, lowercase: bool = False, batch_size: int = 512) -> Transform:
+    """Transformation: text -> int32 ids.
+
+    Elements may be ``tf.string`` scalars (each becomes ``{key: ids}``) or dicts whose ``key``
+    feature is a ``tf.string`` scalar (replaced by its ids in place, so pairs are tokenized by
+    two calls, e.g. ``key="source"`` then ``key="target"`` with each side's vocab).
+
+    Args:
+      vocab: the ``Vocab`` for lookup (unknown tokens -> ``<unk>`` = 1).
+      tokenizer: see ``get_tokenizer``; whitespace by default.
+      key: the feature to write (string elements) or to tokenize (dict elements).
+      add_bos, add_eos: prepend ``<s>`` (2) / append ``</s>`` (3).
+      lowercase: case-fold (``tensorflow_text.case_fold_utf8``) before tokenizing.
+      batch_size: lines tokenized per vectorized call (the output is still one example per
+        line, in order; batching only amortises the per-call cost).
+
+    Returns:
+      A ``Dataset.apply`` transformation emitting dicts with ``key``: int32 ``[(T)]``.
+
+    Raises:
+      ValueError: dict elements without ``key``, or whose ``key`` is not a string scalar.
+
+    Example:
+      >>> ds = tf.data.Dataset.from_tensor_slices(["a b", "b c c"])
+      >>> ds.apply(tfseq.tokenize(vocab))   # {"ids": [4, 5]}, {"ids": [5, 6, 6]}
+    """
+    tok = get_tokenizer(tokenizer, vocab)
+
+    def to_ids(text: tf.Tensor) -> tf.RaggedTensor:
+        """tf.string [B] -> int32 RaggedTensor [B, (T)]."""
+        if lowercase:
+            text = tf_text.case_fold_utf8(text)
+        ids = vocab.lookup(tok.tokenize(text))
+        rows = tf.shape(text)[0]
+        parts = []
+        if add_bos:
+            parts.append(tf.RaggedTensor.from_tensor(tf.fill([rows, 1], BOS_ID)))
+        parts.append(ids)
+        if add_eos:
+            parts.append(tf.RaggedTensor.from_tensor(tf.fill([rows, 1], EOS_ID)))
+        return tf.concat(parts, axis=1) if len(parts) > 1 else ids
+
+    def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        spec = dataset.element_spec
+        if isinstance(spec, tf.TensorSpec):
+            if spec.dtype != tf.string or spec.shape.rank != 0:
+                raise ValueError(f"tokenize expects tf.string scalars or dicts; received {spec}")
+            batched = dataset.batch(batch_size).map(
+                lambda lines: {key: to_ids(lines)}, num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=None)
+            return unbatch_examples(batched)
+        if not isinstance(spec, dict):
+            raise TypeError(f"tokenize expects tf.string scalars or dict elements; received {spec}")
+        if key not in spec:
+            raise ValueError(f"Unknown key {key!r} in tokenize. Available keys: {sorted(spec)}")
+        if spec[key].dtype != tf.string or spec[key].shape.rank != 0:
+            raise ValueError(f"tokenize(key={key!r}) needs a tf.string scalar feature; "
+                             f"received {spec[key]}")
+
+        def map_batch(batch):
+            batch = dict(batch)
+            batch[key] = to_ids(batch[key])
+            return batch
+
+        batched = dataset.ragged_batch(batch_size).map(
+            map_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=None)
+        return unbatch_examples(batched)
+
+    return apply

@@ -1,0 +1,204 @@
+"""A resumable, exactly-once training loop for Keras models over tf.data pipelines.
+
+``model.fit`` owns its dataset iterator, so its position cannot be saved. ``Trainer`` owns the
+iterator instead and steps the compiled model with ``train_on_batch``, so one
+``tf.train.Checkpoint`` holds the model, the optimizer, the *iterator* (with its shuffle,
+bucketing and prefetch buffers) and any counters. Resuming from ``model_dir`` continues
+mid-epoch with no example lost or repeated: the resumed epoch delivers exactly the batches the
+interrupted one had left, in the same order. Later epochs are reshuffled as usual.
+
+Checkpoints are written every ``checkpoint_every`` steps, at each epoch end, and when SIGINT or
+SIGTERM arrives (the loop finishes the current step, saves, and returns ``interrupted=True``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+from typing import Callable, Mapping
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+
+@dataclasses.dataclass
+class TrainResult:
+    epochs_done: int
+    steps_done: int
+    interrupted: bool
+    history: list[dict]
+    train_seconds: float  # wall time in this call, evaluation excluded
+
+
+class _SignalFlag:
+    """Turns SIGINT/SIGTERM into a flag checked between steps (main thread only)."""
+
+    def __init__(self):
+        self.raised = None
+        self._previous = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: no handler, no interruption
+                pass
+        return self
+
+    def _handle(self, signum, frame):
+        self.raised = signal.Signals(signum).name
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+class Trainer:
+    """Runs epochs of ``train_on_batch`` over ``train_ds`` with resumable checkpoints.
+
+    Args:
+      model: a compiled Keras model.
+      train_ds: one epoch of ``(features, labels)`` or ``(features, labels, weights)`` batches.
+      model_dir: where checkpoints go (``model_dir/ckpt``); ``None`` disables checkpointing.
+      checkpoint_every: save every N steps (0: only at epoch ends and on signals).
+      trackables: extra objects saved with the checkpoint, e.g. ``{"counter": DropCounter}``
+        variables, so counts survive a resume.
+      on_step: ``fn(step, logs)`` called after every step (logging, summaries).
+      on_batch: ``fn(batch)`` called with every batch before it is trained on (tests use it
+        to record example ids).
+    """
+
+    def __init__(self, model: keras.Model, train_ds: tf.data.Dataset, *, model_dir: str | None,
+                 checkpoint_every: int = 0, trackables: Mapping[str, object] | None = None,
+                 max_to_keep: int = 2, on_step: Callable | None = None,
+                 on_batch: Callable | None = None):
+        self.model = model
+        # Drop counters update tf.Variables from inside the pipeline; tf.data calls that
+        # "external state" and refuses to serialize the iterator. The counters are saved in the
+        # same checkpoint as variables (pass them in ``trackables``), so it is safe to ignore.
+        options = tf.data.Options()
+        options.experimental_external_state_policy = (
+            tf.data.experimental.ExternalStatePolicy.IGNORE)
+        self.train_ds = train_ds.with_options(options)
+        self.model_dir = model_dir
+        self.checkpoint_every = checkpoint_every
+        self.trackables = dict(trackables or {})
+        self.max_to_keep = max_to_keep
+        self.on_step = on_step
+        self.on_batch = on_batch
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        self.step_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_in_epoch")
+        self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        # Steps in the last complete epoch: the progress bar's target once known.
+        self.last_epoch_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="last_epoch_steps")
+        self._iterator = None
+        self._manager = None
+
+    # -- checkpoints ---------------------------------------------------------------------
+    @property
+    def checkpoint_dir(self) -> str | None:
+        return os.path.join(self.model_dir, "ckpt") if self.model_dir else None
+
+    def _checkpoint(self) -> tf.train.Checkpoint:
+        return tf.train.Checkpoint(
+            model=self.model, optimizer=self.model.optimizer, iterator=self._iterator,
+            epoch=self.epoch, step_in_epoch=self.step_in_epoch, global_step=self.global_step,
+            last_epoch_steps=self.last_epoch_steps,
+            **self.trackables)
+
+    def _new_epoch_iterator(self):
+        self._iterator = iter(self.train_ds)
+        if self.checkpoint_dir:
+            self._manager = tf.train.CheckpointManager(
+                self._checkpoint(), self.checkpoint_dir, max_to_keep=self.max_to_keep)
+
+    def save(self) -> str | None:
+        """Writes a checkpoint now; returns its path (None without ``model_dir``)."""
+        if not self._manager:
+            return None
+        path = self._manager.save(checkpoint_number=int(self.global_step.numpy()))
+        logging.info("Saved checkpoint %s (epoch %d, step %d in epoch)", path,
+                     int(self.epoch.numpy()), int(self.step_in_epoch.numpy()))
+        return path
+
+    def restore(self) -> bool:
+        """Restores the latest checkpoint in ``model_dir``, if any. Returns whether it did."""
+        latest = tf.train.latest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None
+        if not latest:
+            self._new_epoch_iterator()
+            return False
+        # The epoch counter first, so the iterator slot is the right epoch's.
+        tf.train.Checkpoint(epoch=self.epoch).restore(latest).expect_partial()
+        self._new_epoch_iterator()
+        self._checkpoint().restore(latest).assert_existing_objects_matched()
+        logging.info("Resumed from %s at epoch %d, step %d in epoch", latest,
+                     int(self.epoch.numpy()), int(self.step_in_epoch.numpy()))
+        return True
+
+    # -- the loop ------------------------------------------------------------------------
+    def fit(self, epochs: int, *, verbose: int = 1, eval_fn: Callable | None = None,
+            max_steps: int | None = None) -> TrainResult:
+        """Trains until ``epochs`` epochs are done (counting epochs done before a resume).
+
+        Args:
+          epochs: total epochs.
+          verbose: 1 shows a Keras progress bar per epoch.
+          eval_fn: ``fn(epoch) -> dict`` run after each epoch; its numbers join the history.
+          max_steps: stop (with a checkpoint) after this many steps in this call; for tests
+            and time-boxed runs.
+
+        Returns:
+          ``TrainResult``; ``interrupted`` is true when a signal or ``max_steps`` stopped it.
+        """
+        if self._iterator is None:
+            self.restore()
+        history, steps_this_call, start = [], 0, time.perf_counter()
+        with _SignalFlag() as flag:
+            while int(self.epoch.numpy()) < epochs:
+                epoch = int(self.epoch.numpy())
+                target = int(self.last_epoch_steps.numpy()) or None
+                bar = keras.utils.Progbar(target, verbose=verbose, unit_name="step")
+                if verbose:
+                    print(f"Epoch {epoch + 1}/{epochs}")
+                logs = {}
+                while True:
+                    if flag.raised or (max_steps is not None and steps_this_call >= max_steps):
+                        path = self.save()
+                        if flag.raised:
+                            logging.warning("%s received: saved %s and stopped", flag.raised, path)
+                        return TrainResult(epoch, int(self.global_step.numpy()), True, history,
+                                           time.perf_counter() - start)
+                    try:
+                        batch = next(self._iterator)
+                    except StopIteration:
+                        break
+                    if self.on_batch:
+                        self.on_batch(batch)
+                    logs = self.model.train_on_batch(*batch, return_dict=True)
+                    logs = {k: float(v) for k, v in logs.items()}
+                    self.step_in_epoch.assign_add(1)
+                    self.global_step.assign_add(1)
+                    steps_this_call += 1
+                    bar.update(int(self.step_in_epoch.numpy()), list(logs.items()))
+                    if self.on_step:
+                        self.on_step(int(self.global_step.numpy()), logs)
+                    if self.checkpoint_every and int(self.global_step.numpy()) % self.checkpoint_every == 0:
+                        self.save()
+                if verbose:
+                    bar.update(int(self.step_in_epoch.numpy()), list(logs.items()), finalize=True)
+                record = {"epoch": epoch + 1, **logs}
+                if eval_fn:
+                    eval_start = time.perf_counter()
+                    record.update(eval_fn(epoch + 1))
+                    start += time.perf_counter() - eval_start  # train_seconds excludes eval
+                history.append(record)
+                self.epoch.assign_add(1)
+                self.last_epoch_steps.assign(self.step_in_epoch)
+                self.step_in_epoch.assign(0)
+                self._new_epoch_iterator()
+                self.save()
+        return TrainResult(int(self.epoch.numpy()), int(self.global_step.numpy()), False, history,
+                           time.perf_counter() - start)
