@@ -22,6 +22,7 @@ from tfseq.corpus import corpus_path
 # --- splitting and distribution
 
 # --- tbptt
+from tfseq.tbptt import assert_chunks_in_order, tbptt_chunks, tbptt_stream
 
 # --- lod and multislot
 

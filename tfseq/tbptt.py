@@ -60,11 +60,12 @@ def _check_reserved(spec, names, where: str) -> None:
 def _padded_sequence_keys(spec, key: str) -> list[str]:
     """``key`` first, then every other dense [B, T] integer feature that has a length key."""
     where = "tbptt_chunks"
-    check_keys(spec, [key, key + LENGTH_SUFFIX], where)
+    check_keys(spec, [key], where)
     if isinstance(spec[key], tf.RaggedTensorSpec):
         raise TypeError(
             f"{where} needs padded batches (pad_batch(..., ragged=False)); feature {key!r} is "
             f"ragged: {spec[key]!r}")
+    check_keys(spec, [key + LENGTH_SUFFIX], where)
     if not _is_padded_sequence(spec[key]):
         raise ValueError(
             f"{where} needs {key!r} as an integer [batch, time] tensor (a padded batch); "
