@@ -106,17 +106,24 @@ class StatefulLM(keras.Model):
         self.rnn = rnn(units, return_sequences=True, return_state=True, dtype=policy, name=cell)
         self.head = keras.layers.Dense(vocab_size, dtype=policy, name="logits")
         num_states = 1 if cell == "gru" else 2
+        # One attribute per variable: tf.train.Checkpoint (tfseq.training.Trainer) tracks
+        # attributes, not variables inside dicts, and a resumed run needs the caches.
         self._caches = {}
         self._next_chunk = {}
         for mode, carry in (("train", carry_state), ("eval", max_batch_size is not None)):
             if carry:
-                self._caches[mode] = [
-                    self.add_weight(shape=(max_batch_size, units), initializer="zeros",
-                                    dtype="float32", trainable=False, name=f"{mode}_state_{i}")
-                    for i in range(num_states)]
-            self._next_chunk[mode] = self.add_weight(
-                shape=(), initializer="zeros", dtype="int64", trainable=False,
-                name=f"{mode}_next_chunk")
+                states = []
+                for i in range(num_states):
+                    var = self.add_weight(shape=(max_batch_size, units), initializer="zeros",
+                                          dtype="float32", trainable=False,
+                                          name=f"{mode}_state_{i}")
+                    setattr(self, f"{mode}_state_{i}", var)
+                    states.append(var)
+                self._caches[mode] = states
+            var = self.add_weight(shape=(), initializer="zeros", dtype="int64", trainable=False,
+                                  name=f"{mode}_next_chunk")
+            setattr(self, f"{mode}_next_chunk", var)
+            self._next_chunk[mode] = var
         self._loss_tracker = keras.metrics.Mean(name="loss")
         self._tokens = keras.metrics.Sum(name="tokens")
         if check_order:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tfseq
-from models.stateful_lm import StatefulLM, build_model, ModelConfig
+from models.stateful_lm import ModelConfig, StatefulLM, build_model
 from pipelines import lm_tbptt
 
 T, F = True, False
@@ -356,6 +356,26 @@ def test_mixed_float16_trains_with_float32_state_and_loss():
     assert history["loss"][-1] < history["loss"][0]
     assert model.cached_state("train")[0].dtype == tf.float32
     assert model.rnn.compute_dtype == "float16"
+
+
+def test_resumed_trainer_carries_the_state_on_mid_stream(tmp_path):
+    from tfseq.training import Trainer
+
+    def train(model_dir, max_steps=None):
+        model = small_model()
+        model.compile(optimizer=keras.optimizers.Adam(1e-2))
+        trainer = Trainer(model, chunk_pairs(2), model_dir=str(model_dir))
+        trainer.restore()
+        result = trainer.fit(1, verbose=0, max_steps=max_steps)
+        return model, result
+
+    straight, _ = train(tmp_path / "straight")
+    _, stopped = train(tmp_path / "resumed", max_steps=2)   # 2 of the 4 chunks
+    assert stopped.interrupted
+    resumed, result = train(tmp_path / "resumed")            # restores cache + order counter
+    assert not result.interrupted and result.steps_done == 4
+    np.testing.assert_allclose(resumed.cached_state("train")[0].numpy(),
+                               straight.cached_state("train")[0].numpy(), atol=1e-6)
 
 
 def test_get_config_round_trip():
