@@ -346,6 +346,7 @@ def test_carried_training_needs_chunks_and_batches_fit_the_cache():
         small_model().compile(optimizer="sgd", jit_compile=True)
 
 
+@pytest.mark.slow
 def test_mixed_float16_trains_with_float32_state_and_loss():
     keras.utils.set_random_seed(0)
     model = StatefulLM(20, embedding_dim=8, units=8, max_batch_size=4, dtype="mixed_float16")
@@ -358,6 +359,7 @@ def test_mixed_float16_trains_with_float32_state_and_loss():
     assert model.rnn.compute_dtype == "float16"
 
 
+@pytest.mark.slow
 def test_resumed_trainer_carries_the_state_on_mid_stream(tmp_path):
     from tfseq.training import Trainer
 
