@@ -47,9 +47,9 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-RESETS = "resets"
-CHUNK_INDEX = "chunk_index"
-LENGTH_SUFFIX = "_length"
+from tfseq._common import LENGTH_SUFFIX
+from tfseq.tbptt import CHUNK_INDEX, RESETS
+
 CELLS = ("gru", "lstm")
 
 

@@ -40,7 +40,6 @@ import tensorflow as tf
 import tfseq
 from tfseq._common import identity
 from tfseq.tbptt import CHUNK_INDEX, RESETS, tbptt_chunks, tbptt_stream
-from tfseq.text import BOS_ID
 
 MODES = ("stream", "sequences")
 FEATURES = ("ids", "ids_length", RESETS, CHUNK_INDEX)
@@ -204,8 +203,7 @@ def datasets(config: Config = Config(), counters: dict | None = None):
     stats = {"train": tfseq.BatchStats(), "eval": tfseq.BatchStats()}
     train_ds, eval_ds = (split_dataset(config, split, vocab, counters[split], stats[split])
                          for split in ("train", "eval"))
-    info = {"vocab": vocab, "vocab_size": vocab.size, "counters": counters, "stats": stats,
-            "bos_id": BOS_ID}
+    info = {"vocab": vocab, "vocab_size": vocab.size, "counters": counters, "stats": stats}
     return train_ds, eval_ds, info
 
 
