@@ -25,9 +25,14 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
 
+BENCHES := batching training pipeline splitting attention
+
 bench: $(STAMP)
 	mkdir -p bench_out
-	$(PY) scripts/bench_batching.py --json_out=bench_out/batching.json
+	@for b in $(BENCHES); do \
+	  echo "== scripts/bench_$$b.py"; \
+	  $(PY) scripts/bench_$$b.py --json_out=bench_out/$$b.json || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) runs bench_out .pytest_cache

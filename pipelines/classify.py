@@ -38,7 +38,7 @@ class Config:
     lowercase: bool = True
     tokenizer: str = "whitespace"
     max_length: int = 128
-    batching: str = "pad"
+    batching: str = "bucket"
     batch_size: int = 64                   # for batching="pad"
     max_tokens: int = 2048                 # budget for "bucket" / "pack"
     block_length: int = 128                # for batching="pack"
@@ -65,7 +65,8 @@ def section_table() -> tf.lookup.StaticHashTable:
 
 
 def labelled_text(config: Config, split: str, counter: tfseq.DropCounter,
-                  shuffle_files: bool = False) -> tf.data.Dataset:
+                  shuffle_files: bool = False, num_shards: int = 1,
+                  shard_index: int = 0) -> tf.data.Dataset:
     """``{"text": tf.string, "label": int32}`` for one split, every drop counted."""
     files = list(config.files) or [tfseq.corpus_path("kjv_en")]
     table = section_table()
@@ -80,7 +81,8 @@ def labelled_text(config: Config, split: str, counter: tfseq.DropCounter,
             "other_split": tf.not_equal(in_eval, want_eval),
         })
 
-    ds = tfseq.text_lines(files, shuffle_files=shuffle_files, seed=config.seed)
+    ds = tfseq.text_lines(files, shuffle_files=shuffle_files, seed=config.seed,
+                          num_shards=num_shards, shard_index=shard_index)
     ds = ds.apply(counter.tally("lines_read"))
     ds = ds.map(_parse, num_parallel_calls=tf.data.AUTOTUNE).filter(keep)
     ds = ds.map(lambda e: {"text": e["text"], "label": table.lookup(e["book"])})
@@ -100,6 +102,50 @@ def batch(ds: tf.data.Dataset, config: Config, *, training: bool) -> tf.data.Dat
         return ds.apply(tfseq.pack(config.block_length, max_tokens=config.max_tokens,
                                    seed=config.seed if training else None))
     raise ValueError(f"Unknown batching {config.batching!r}; expected one of {BATCHING_MODES}")
+
+
+def examples(config: Config, split: str, counter: tfseq.DropCounter, vocab: tfseq.Vocab,
+             num_shards: int = 1, shard_index: int = 0) -> tf.data.Dataset:
+    """Unbatched ``{"ids": int32 [(T)], "label": int32}`` of one split (shuffled for train).
+
+    The examples are small, so they are cached after the first pass (the counters then count
+    one pass) and reshuffled every epoch.
+    """
+    ds = labelled_text(config, split, counter, num_shards=num_shards, shard_index=shard_index)
+    ds = ds.apply(tfseq.tokenize(vocab, tokenizer=config.tokenizer, key="text",
+                                 lowercase=config.lowercase))
+    ds = ds.map(lambda e: {"ids": e["text"], "label": e["label"]})
+    ds = ds.apply(tfseq.filter_by_length(min_length=1, max_length=config.max_length,
+                                         counter=counter))
+    ds = ds.cache()
+    if split == "train":
+        ds = ds.shuffle(config.shuffle_buffer, seed=config.seed, reshuffle_each_iteration=True)
+    return ds
+
+
+def replica_dataset_fn(config: Config, info: dict, num_replicas: int,
+                       data_service: str | None = None, split: str = "train"):
+    """``dataset_fn`` for ``strategy.distribute_datasets_from_function``: batches of
+    ``num_replicas`` times the per-replica budget, split in-graph (balanced by tokens, dummy rows
+    of weight 0 so no replica is ever empty), as ``({"ids"}, label, weight)`` parts.
+
+    Use it for evaluation too (``split="eval"``): Keras' own distribution of a plain dataset
+    hands replicas uneven (or empty) parts of the last batch.
+    """
+    counter = tfseq.DropCounter(f"{split}_replicas") if split == "eval" else info["counters"][split]
+
+    def make_dataset(num_shards, shard_index):
+        return examples(config, split, counter, info["vocab"], num_shards, shard_index)
+
+    def batch_fn(n):
+        scaled = dataclasses.replace(config, max_tokens=config.max_tokens * n,
+                                     batch_size=config.batch_size * n)
+        return lambda ds: batch(ds, scaled, training=split == "train")
+
+    return tfseq.replica_dataset_fn(
+        make_dataset, batch_fn, balance="tokens",
+        data_service=data_service if split == "train" else None,
+        map_fn=lambda p: ({"ids": p["ids"]}, p["label"], p["weight"]))
 
 
 def datasets(config: Config = Config(), counters: dict | None = None):
@@ -126,18 +172,7 @@ def datasets(config: Config = Config(), counters: dict | None = None):
     out = {}
     for split in ("train", "eval"):
         training = split == "train"
-        counter = counters[split]
-        ds = labelled_text(config, split, counter)
-        ds = ds.apply(tfseq.tokenize(vocab, tokenizer=config.tokenizer, key="text",
-                                     lowercase=config.lowercase))
-        ds = ds.map(lambda e: {"ids": e["text"], "label": e["label"]})
-        ds = ds.apply(tfseq.filter_by_length(min_length=1, max_length=config.max_length,
-                                             counter=counter))
-        # Examples are small: cache them once (the counters then count one pass), then
-        # shuffle every epoch.
-        ds = ds.cache()
-        if training:
-            ds = ds.shuffle(config.shuffle_buffer, seed=config.seed, reshuffle_each_iteration=True)
+        ds = examples(config, split, counters[split], vocab)
         ds = batch(ds, config, training=training)
         if config.batching != "pack":
             ds = ds.apply(stats[split].track(["ids"]))

@@ -10,6 +10,10 @@ import importlib
 
 TASKS = {
     "classify": ("pipelines.classify", "models.classifier"),
+    "lm": ("pipelines.lm", "models.lm"),
+    "translate": ("pipelines.translate", "models.translate"),
+    "documents": ("pipelines.documents", "models.hierarchical"),
+    "ctr": ("pipelines.ctr", "models.ctr"),
 }
 
 

@@ -6,8 +6,8 @@ Usage:
 
 Three feeds of the same lines, each run for whole epochs, in real (non-pad) tokens per second:
   raw       read + tokenize + vocab lookup alone, vectorized, consumed in the graph (the limit);
-  tfseq     the full pipeline: read, clean (counted drops), tokenize, length filter, shuffle,
-            bucket by length under a token budget, prefetch;
+  tfseq     the full pipeline: read (files shuffled), clean (counted drops), tokenize, bucket
+            by length under a token budget (length cap counted, seeded shuffle), prefetch;
   python    a Python generator: gzip + str.split + dict lookup + numpy padding (the feed_dict way).
 """
 
@@ -64,18 +64,16 @@ def tfseq_feed(files, vocab, field):
     import tfseq
 
     counter = tfseq.DropCounter()
-    ds = tfseq.text_lines(files)
+    ds = tfseq.text_lines(files, shuffle_files=True, seed=0)
     if field >= 0:
         ds = ds.map(lambda line: field_of(line, field), num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.apply(tfseq.filter_lines(counter=counter))
     ds = ds.apply(tfseq.tokenize(vocab))
-    ds = ds.apply(tfseq.filter_by_length(max_length=FLAGS.max_length, counter=counter))
-    ds = ds.shuffle(20000, seed=0)
-    if hasattr(tfseq, "bucket_by_length"):
-        ds = ds.apply(tfseq.bucket_by_length(max_tokens=FLAGS.max_tokens,
-                                             max_length=FLAGS.max_length, seed=0))
-    else:
-        ds = ds.apply(tfseq.pad_batch(FLAGS.max_tokens // FLAGS.max_length))
+    # bucket_by_length drops (and counts) examples over max_length itself, and shuffles: a
+    # seeded random order among equal lengths in each pool, and the pool's batches in random
+    # order. shuffle_files adds file order to that.
+    ds = ds.apply(tfseq.bucket_by_length(max_tokens=FLAGS.max_tokens, max_length=FLAGS.max_length,
+                                         seed=0, counter=counter))
     ds = ds.prefetch(tf.data.AUTOTUNE)
     return ds, lambda batch: tf.reduce_sum(tf.cast(batch["ids_length"], tf.int64))
 

@@ -48,7 +48,7 @@ flags.DEFINE_boolean("mixed_precision", False, "Train with the mixed_float16 pol
 flags.DEFINE_integer("num_replicas", 1, "Replicas (GPUs, or logical CPUs without a GPU).")
 flags.DEFINE_string("data_service", None, "tf.data service address, e.g. grpc://localhost:5000.")
 flags.DEFINE_integer("tbptt", None, "Truncated-BPTT chunk length (task lm).")
-flags.DEFINE_integer("verbose", 1, "1: progress bar; 0: quiet.")
+flags.DEFINE_integer("verbose", 1, "0: quiet; 1: progress bar and report; 2: also INFO logs.")
 OWN_FLAGS = sorted(set(FLAGS) - _FLAGS_BEFORE)
 
 # Flag -> task Config field. A flag given explicitly must exist in the task's Config.
@@ -81,7 +81,7 @@ def build_config(pipeline):
             value = tuple(int(b) for b in value)
         values[field] = value
     config = dataclasses.replace(pipeline.Config(), **values)
-    batching = getattr(config, "batching", None)
+    batching = getattr(config, "batching", "pad")
     if FLAGS["batch_size"].present and batching != "pad":
         raise app.UsageError(f"--batch_size applies to --batching=pad, not --batching={batching} "
                              "(use --max_tokens for a token budget)")
@@ -104,16 +104,21 @@ def save_run_files(model_dir: str, argv) -> None:
 
 def format_report(report: dict) -> str:
     lines = ["", "=" * 64, f"tfseq report: task={report['task']}"]
-    for split in ("train", "eval"):
-        c = report["counters"][split]
+    for split, c in report["counters"].items():
         read = c["seen"].get("lines_read", 0)
-        dropped = {k: v for k, v in c["drops"].items() if v}
-        lines.append(f"  {split:5s} lines read {read:7d}   dropped {sum(dropped.values()):6d} "
-                     f"{dropped if dropped else ''}")
+        routed = c["drops"].get("other_split", 0)
+        dropped = {k: v for k, v in c["drops"].items() if v and k != "other_split"}
+        kept = read - routed - sum(dropped.values())
+        lines.append(f"  {split:5s} lines read {read:7d}: {kept:6d} examples, {routed:6d} in the "
+                     f"other split, {sum(dropped.values()):4d} dropped {dropped if dropped else ''}")
     if "padding_efficiency" in report:
         lines.append(f"  padding efficiency of training batches: {report['padding_efficiency']:.3f}")
-    lines.append(f"  training: {report['steps']} steps, {report['train_seconds']:.1f} s, "
-                 f"{report['real_tokens_per_second']:,.0f} real tokens/s")
+    if "replicas" in report:
+        lines.append(f"  training: {report['replicas']} replicas, {report['epochs']} epochs, "
+                     f"{report['train_seconds']:.1f} s")
+    else:
+        lines.append(f"  training: {report['steps']} steps, {report['train_seconds']:.1f} s, "
+                     f"{report['real_tokens_per_second']:,.0f} real tokens/s")
     for key, value in report.get("eval", {}).items():
         lines.append(f"  held-out {key}: {value:.4f}")
     if "majority_baseline" in report:
@@ -133,9 +138,24 @@ def main(argv):
 
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if FLAGS.verbose < 2:  # keep the progress bar and the report readable
+        logging.set_verbosity(logging.WARNING)
+        tf.get_logger().setLevel("WARNING")
     pipeline, model_module = tasks.load(FLAGS.task)
     config = build_config(pipeline)
+    distributed = FLAGS.num_replicas > 1 or FLAGS.data_service
+    if distributed and not hasattr(pipeline, "replica_dataset_fn"):
+        raise app.UsageError(f"--num_replicas/--data_service are not supported by --task={FLAGS.task} "
+                             "(supported: " + ", ".join(
+                                 t for t in sorted(tasks.TASKS)
+                                 if hasattr(tasks.load(t)[0], "replica_dataset_fn")) + ")")
     save_run_files(FLAGS.model_dir, sys.argv)
+    if distributed:
+        # Before any other TensorFlow op: logical CPU devices must be set up first.
+        import tfseq
+
+        return train_replicas(pipeline, model_module, config,
+                              tfseq.mirrored_strategy(FLAGS.num_replicas))
     if FLAGS.mixed_precision:
         keras.mixed_precision.set_global_policy("mixed_float16")
     logging.info("config: %s", config)
@@ -204,6 +224,43 @@ def main(argv):
         if hasattr(pipeline, "majority_baseline"):
             report["majority_baseline"] = pipeline.majority_baseline(eval_ds)
     report["counters"] = {k: {"seen": c.seen(), "drops": c.drops()} for k, c in counters.items()}
+    with open(os.path.join(FLAGS.model_dir, "report.json"), "w") as f:
+        json.dump(report, f, indent=2, default=str)
+    print(format_report(report))
+    if not result.interrupted and hasattr(model_module, "decode_examples"):
+        print("\n".join(model_module.decode_examples(model, eval_ds, info)))
+
+
+def train_replicas(pipeline, model_module, config, strategy) -> None:
+    """``model.fit`` on ``strategy`` with in-graph split batches (never an empty replica).
+
+    The distributed iterator cannot be checkpointed, so these runs save the weights at each
+    epoch end (``model_dir/weights.weights.h5``) but resume only at epoch boundaries.
+    """
+    import keras
+
+    train_ds, eval_ds, info = pipeline.datasets(config)
+    with strategy.scope():
+        model = model_module.build_model(config, info)
+    dist = strategy.distribute_datasets_from_function(
+        pipeline.replica_dataset_fn(config, info, strategy.num_replicas_in_sync,
+                                    data_service=FLAGS.data_service))
+    weights_path = os.path.join(FLAGS.model_dir, "weights.weights.h5")
+    start = time.perf_counter()
+    history = model.fit(dist, epochs=FLAGS.epochs, verbose=FLAGS.verbose,
+                        callbacks=[keras.callbacks.ModelCheckpoint(weights_path,
+                                                                   save_weights_only=True)])
+    seconds = time.perf_counter() - start
+    eval_dist = strategy.distribute_datasets_from_function(
+        pipeline.replica_dataset_fn(config, info, strategy.num_replicas_in_sync, split="eval"))
+    results = model.evaluate(eval_dist, verbose=0, return_dict=True)
+    counters = info.get("counters", {})
+    report = {"task": FLAGS.task, "config": dataclasses.asdict(config),
+              "replicas": strategy.num_replicas_in_sync, "data_service": FLAGS.data_service,
+              "epochs": len(history.history["loss"]),
+              "train_seconds": seconds, "real_tokens_per_second": 0.0,
+              "history": history.history, "eval": {k: float(v) for k, v in results.items()},
+              "counters": {k: {"seen": c.seen(), "drops": c.drops()} for k, c in counters.items()}}
     with open(os.path.join(FLAGS.model_dir, "report.json"), "w") as f:
         json.dump(report, f, indent=2, default=str)
     print(format_report(report))

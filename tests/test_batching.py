@@ -67,3 +67,12 @@ def test_batch_stats_padding_efficiency():
 def test_step_efficiency():
     assert tfseq.step_efficiency(real_tokens=10_000, batches=4, max_tokens=4096) == 0.75
     assert tfseq.step_efficiency(real_tokens=0, batches=0, max_tokens=4096) == 0.0
+
+
+def test_tally_counts_dict_and_tuple_elements():
+    counter = tfseq.DropCounter()
+    ds = tf.data.Dataset.from_tensor_slices(({"ids": [[1], [2], [3]]}, [0, 1, 0]))
+    out = to_list(ds.apply(counter.tally("pairs")))
+    assert out == [({"ids": [1]}, 0), ({"ids": [2]}, 1), ({"ids": [3]}, 0)]
+    to_list(tf.data.Dataset.range(4).apply(counter.tally("numbers")))
+    assert counter.seen() == {"numbers": 4, "pairs": 3}

@@ -72,3 +72,22 @@ def test_short_run_report_flagfile_and_resume(tmp_path, tiny_corpus):
     kept_eval = 282 - sum(resumed["counters"]["eval"]["drops"].values())
     assert kept_train + kept_eval == 282 - 2  # the malformed and the empty line
     assert "held-out accuracy" in out.stdout
+
+
+@pytest.mark.slow
+def test_two_replicas_train_an_epoch_with_bucketed_split_batches(tmp_path, tiny_corpus):
+    run = tmp_path / "replicas"
+    out = train(f"--files={tiny_corpus}", "--num_replicas=2", "--epochs=1", "--max_tokens=64", "--max_length=16",
+                f"--model_dir={run}", "--verbose=0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((run / "report.json").read_text())
+    assert report["replicas"] == 2 and report["epochs"] == 1
+    assert all(v == v for v in report["history"]["loss"])  # finite, not NaN
+    assert report["counters"]["train"]["seen"]["lines_read"] == 282
+    assert (run / "weights.weights.h5").exists()
+
+
+def test_replicas_on_a_task_without_support_fail_clearly(tmp_path):
+    out = train("--task=lm", "--num_replicas=2", f"--model_dir={tmp_path / 'x'}")
+    assert out.returncode != 0
+    assert "--num_replicas/--data_service are not supported by --task=lm" in out.stderr

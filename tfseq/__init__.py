@@ -16,15 +16,23 @@ from tfseq.stats import BatchStats, DropCounter, default_counter, step_efficienc
 from tfseq.corpus import corpus_path
 
 # --- bucketing
+from tfseq.bucketing import bucket_by_length, fit_boundaries
 
 # --- packing
+from tfseq.packing import pack, unpack
+from tfseq.packed_targets import lm_targets, packed_weights
 
 # --- splitting and distribution
+from tfseq import distribute
+from tfseq.distribute import GlobalWeightedLoss, global_weighted_mean, replica_dataset_fn
+from tfseq.distribute import mirrored_strategy, to_replicas, use_data_service
+from tfseq.splitting import prefetch_to_device, split_batch
 
 # --- tbptt
 from tfseq.tbptt import assert_chunks_in_order, tbptt_chunks, tbptt_stream
 
 # --- lod and multislot
+from tfseq import lod
 
 # --- layers
 from tfseq import layers

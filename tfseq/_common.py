@@ -82,4 +82,8 @@ def unbatch_examples(batched: tf.data.Dataset) -> tf.data.Dataset:
     ``unbatch`` alone leaves a ragged-rank-0 ``RaggedTensorSpec``, which the identity map
     turns back into the ``TensorSpec([None])`` of the element contract.
     """
-    return batched.unbatch().map(lambda example: example)
+    out = batched.unbatch()
+    specs = tf.nest.flatten(out.element_spec, expand_composites=False)
+    if any(isinstance(s, tf.RaggedTensorSpec) for s in specs):
+        out = out.map(lambda example: example)
+    return out

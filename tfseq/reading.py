@@ -169,9 +169,11 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
             deterministic=True if shard_lines else None)
     if shard_lines:
         lines = lines.shard(num_shards, shard_index)
-    return lines.map(_strip_bom, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    # Vectorized: one call per 1,024 lines costs a fraction of a per-line map.
+    return lines.batch(1024).map(_strip_bom).unbatch()
 
 
 def _strip_bom(line: tf.Tensor) -> tf.Tensor:
+    """tf.string of any shape -> the same without a leading UTF-8 BOM."""
     has_bom = tf.equal(tf.strings.substr(line, 0, 3), _BOM)
-    return tf.strings.substr(line, tf.where(has_bom, 3, 0), -1)
+    return tf.strings.substr(line, tf.where(has_bom, 3, 0), tf.strings.length(line))

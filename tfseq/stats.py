@@ -58,6 +58,12 @@ class DropCounter:
         var = self._variable(self._drops, reason, "drops")
         return var.assign_add(tf.cast(n, tf.int64))
 
+    def note(self, name: str, n=1):
+        """Adds ``n`` to the ``seen`` count ``name``: examples changed but still emitted
+        (e.g. ``"split"``, ``"truncated"``), which must not count as drops. Returns the op."""
+        var = self._variable(self._seen, name, "seen")
+        return var.assign_add(tf.cast(n, tf.int64))
+
     def keep_if(self, checks: Mapping[str, tf.Tensor]) -> tf.Tensor:
         """Filter predicate: counts the first failing check and returns whether all passed.
 
@@ -86,9 +92,10 @@ class DropCounter:
         def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
             var = self._variable(self._seen, name, "seen")
 
-            def count(element):
+            def count(*element):
                 with tf.control_dependencies([var.assign_add(1)]):
-                    return tf.nest.map_structure(tf.identity, element)
+                    out = tf.nest.map_structure(tf.identity, element)
+                return out if len(out) > 1 else out[0]
 
             return dataset.map(count)
 

@@ -1,0 +1,130 @@
+"""Next-token language modelling on one side of the embedded corpus (English by default).
+
+Each verse becomes ``<s> w1 .. wn </s>``; the model reads ``<s> w1 .. wn`` and predicts
+``w1 .. wn </s>``. A verse is held out for evaluation by a stable hash of ``book chapter
+verse`` (as in ``pipelines.classify``).
+
+Element spec of both datasets (padded batches)::
+
+    ({"ids": int32 [B, T], "ids_length": int32 [B]},   # <s> w1 .. wn, padded with 0
+     int32 [B, T],                                      # w1 .. wn </s>, padded with 0
+     float32 [B, T])                                    # loss weight: 1 real target, 0 pad
+
+Drop reasons (per split in ``info["counters"][split]``): ``malformed`` (not 4 TSV fields),
+``other_split``, the ``filter_lines`` reasons (``empty`` ...) and ``too_short``/``too_long``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tensorflow as tf
+
+import tfseq
+from pipelines import verses
+
+BATCHING_MODES = ("pad", "bucket")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    files: tuple[str, ...] = ()            # empty: the embedded corpus named by `corpus`
+    corpus: str = "kjv_en"                 # "kjv_en" or "rv1909_es"
+    max_lines: int = 6000                  # read only the first N lines (0: all)
+    vocab_path: str | None = None          # load this vocab instead of building one
+    min_count: int = 2
+    max_vocab: int = 3000
+    lowercase: bool = True
+    tokenizer: str = "whitespace"
+    max_length: int = 48                   # tokens, not counting <s> and </s>
+    batching: str = "pad"
+    batch_size: int = 32                   # for batching="pad"
+    max_tokens: int = 2048                 # budget for batching="bucket"
+    eval_percent: int = 5
+    shuffle_buffer: int = 10000
+    seed: int = 0
+    max_line_bytes: int = 1 << 16
+
+
+def verse_text(config: Config, split: str, counter: tfseq.DropCounter) -> tf.data.Dataset:
+    """``tf.string`` verse texts of one split (``"train"``, ``"eval"``), every drop counted."""
+    files = list(config.files) or [tfseq.corpus_path(config.corpus)]
+    counter.register("malformed", "other_split")
+    ds = tfseq.text_lines(files)
+    if config.max_lines:
+        ds = ds.take(config.max_lines)
+    ds = ds.apply(counter.tally("lines_read"))
+    want_eval = split == "eval"
+
+    def keep(example):
+        return counter.keep_if({
+            "malformed": tf.logical_not(example["ok"]),
+            "other_split": tf.not_equal(verses.in_eval_split(example["key"], config.eval_percent),
+                                        want_eval),
+        })
+
+    ds = ds.map(verses.parse, num_parallel_calls=tf.data.AUTOTUNE).filter(keep)
+    ds = ds.map(lambda e: e["text"])
+    return ds.apply(tfseq.filter_lines(max_line_bytes=config.max_line_bytes, counter=counter))
+
+
+def build_vocab(config: Config) -> tfseq.Vocab:
+    """The vocabulary: loaded from ``config.vocab_path`` or built on the training split."""
+    if config.vocab_path:
+        return tfseq.Vocab.load(config.vocab_path)
+    texts = verse_text(config, "train", tfseq.DropCounter("vocab"))
+    if config.lowercase:
+        import tensorflow_text as tf_text
+        texts = texts.map(tf_text.case_fold_utf8)
+    return tfseq.Vocab.build(texts, tokenizer=config.tokenizer, min_count=config.min_count,
+                             max_size=config.max_vocab)
+
+
+def _batch(ds: tf.data.Dataset, config: Config, *, training: bool) -> tf.data.Dataset:
+    if config.batching == "pad":
+        return ds.apply(tfseq.pad_batch(config.batch_size))
+    return ds.apply(tfseq.bucket_by_length(
+        max_tokens=config.max_tokens, max_length=config.max_length + 2,
+        seed=config.seed if training else None))
+
+
+def datasets(config: Config = Config(), counters: dict | None = None):
+    """Builds the train and eval datasets for ``model.fit``.
+
+    Returns:
+      ``(train_ds, eval_ds, info)``; ``info`` has ``vocab``, ``counters``
+      (``{"train": DropCounter, "eval": DropCounter}``) and ``stats`` (``BatchStats`` per split).
+
+    Raises:
+      ValueError: unknown ``config.batching``.
+    """
+    if config.batching not in BATCHING_MODES:
+        raise ValueError(f"Unknown batching {config.batching!r} for the lm task; expected one "
+                         f"of {BATCHING_MODES}")
+    counters = counters or {"train": tfseq.DropCounter("train"), "eval": tfseq.DropCounter("eval")}
+    vocab = build_vocab(config)
+    stats = {"train": tfseq.BatchStats(), "eval": tfseq.BatchStats()}
+    out = {}
+    for split in ("train", "eval"):
+        training = split == "train"
+        counter = counters[split]
+        ds = verse_text(config, split, counter)
+        ds = ds.apply(tfseq.tokenize(vocab, tokenizer=config.tokenizer, add_bos=True,
+                                     add_eos=True, lowercase=config.lowercase))
+        # Lengths count <s> and </s>: 1..max_length words.
+        ds = ds.apply(tfseq.filter_by_length(min_length=3, max_length=config.max_length + 2,
+                                             counter=counter))
+        ds = ds.cache()
+        if training:
+            ds = ds.shuffle(config.shuffle_buffer, seed=config.seed, reshuffle_each_iteration=True)
+        ds = _batch(ds, config, training=training)
+        ds = ds.apply(stats[split].track(["ids"]))
+
+        def to_model(batch):
+            inputs, lengths, targets, weights = verses.shift_targets(batch["ids"],
+                                                                     batch["ids_length"])
+            return {"ids": inputs, "ids_length": lengths}, targets, weights
+
+        out[split] = ds.map(to_model).prefetch(tf.data.AUTOTUNE)
+    info = {"vocab": vocab, "counters": counters, "stats": stats}
+    return out["train"], out["eval"], info

@@ -1,0 +1,260 @@
+"""Batching schemes side by side at one token budget: steps, padding and pipeline speed.
+
+Every scheme batches the same examples (read, tokenized, length-filtered and cached once,
+then shuffled with the same seed) under the same memory budget of ``--max_tokens`` cells
+per batch (rows x padded length). For one run it prints one table and writes it as JSON:
+
+- step efficiency: ceil(real tokens per epoch / max_tokens) / batches per epoch (1.0 = the
+  fewest steps any batching can take at this budget);
+- padding efficiency: real tokens / cells of the batch tensors;
+- batches per epoch, the largest batch in cells (must be <= max_tokens), and pipeline
+  tokens/s (real tokens per second out of the batching step, measured in-graph with
+  ``Dataset.reduce``, cached input);
+- ratios against tfseq (steps: scheme batches / tfseq batches; speed: tfseq tok/s / scheme).
+
+Usage:
+  python scripts/bench_batching.py --json_out=bench_out/batching.json
+  python scripts/bench_batching.py --files='data/*.txt' --field=-1
+  python scripts/bench_batching.py --synthetic=zipf     # skewed synthetic lengths
+
+Tokens are whitespace tokens (tensorflow_text.WhitespaceTokenizer) hashed to ids in
+[1, 30000]; the vocabulary does not change lengths, so it does not change the table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+
+from absl import app, flags, logging
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tensorflow_text as tf_text  # noqa: E402
+
+import tfseq  # noqa: E402
+from tfseq.bucketing import bucket_by_length  # noqa: E402
+
+DEFAULT_CORPUS = os.path.join(os.path.dirname(tfseq.__file__), "data", "kjv_en.tsv.gz")
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("files", [DEFAULT_CORPUS], "Text files (gzip if they end in .gz).")
+flags.DEFINE_integer("field", 3, "0-based tab-separated field holding the text; -1: whole line.")
+flags.DEFINE_enum("synthetic", "none", ["none", "zipf", "lognormal"],
+                  "Use synthetic lengths instead of --files: 'zipf' has a power-law tail "
+                  "(8 * Pareto(1.2), median ~14, some over max_length), 'lognormal' has "
+                  "median 20 and sigma 1.2.")
+flags.DEFINE_integer("synthetic_size", 50000, "Examples in the synthetic corpus.")
+flags.DEFINE_integer("max_tokens", 8192, "Budget: rows x padded length per batch.")
+flags.DEFINE_integer("max_length", 512, "Longer examples are dropped (same for every scheme).")
+flags.DEFINE_integer("epochs", 1, "Passes over the data per scheme.")
+flags.DEFINE_integer("pool_size", None, "tfseq pool size (default: the library default).")
+flags.DEFINE_list("extra_pool_sizes", [],
+                  "Also run tfseq with each of these pool sizes (one more row each).")
+flags.DEFINE_integer("seed", 0, "Seed for the shuffle and for tfseq.")
+flags.DEFINE_string("json_out", None, "Write the table here as JSON.")
+
+HASH_BUCKETS = 30000
+
+
+def read_corpus(files, field) -> tf.data.Dataset:
+    """Lines -> {"ids": int32 [(T)]}: whitespace tokens hashed to ids in [1, HASH_BUCKETS]."""
+    compression = "GZIP" if all(f.endswith(".gz") for f in files) else None
+    lines = tf.data.TextLineDataset(files, compression_type=compression)
+    tokenizer = tf_text.WhitespaceTokenizer()
+
+    def to_example(line):
+        text = line if field < 0 else tf.strings.split(line, "\t")[field]
+        tokens = tokenizer.tokenize(text)
+        ids = tf.strings.to_hash_bucket_fast(tokens, HASH_BUCKETS) + 1
+        return {"ids": tf.cast(ids, tf.int32)}
+
+    return lines.map(to_example, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def synthetic_corpus(kind, size, seed) -> tf.data.Dataset:
+    rng = np.random.default_rng(seed)
+    if kind == "zipf":
+        lengths = np.ceil(8 * (rng.pareto(1.2, size) + 1)).astype(np.int64) - 7
+    else:
+        lengths = np.ceil(rng.lognormal(math.log(20), 1.2, size)).astype(np.int64)
+    lengths = np.minimum(lengths, 4096)
+    values = rng.integers(1, HASH_BUCKETS + 1, lengths.sum(), dtype=np.int32)
+    ids = tf.RaggedTensor.from_row_lengths(values, lengths)
+    return tf.data.Dataset.from_tensor_slices({"ids": ids}).map(lambda x: x)
+
+
+def length_of(example):
+    return tf.shape(example["ids"], out_type=tf.int32)[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """What every scheme is given."""
+    max_tokens: int
+    max_length: int
+    seed: int
+    pool_size: int | None  # tfseq's pool (None: the library default)
+    epoch_size: int  # examples per epoch
+
+
+def plain(s: Setting):
+    """padded_batch at the largest batch size that can never exceed the budget."""
+    return lambda ds: ds.padded_batch(s.max_tokens // s.max_length)
+
+
+def tf_data_buckets(s: Setting):
+    """tf.data bucket_by_sequence_length, tensor2tensor boundaries (8, x1.1), sized by budget."""
+    max_tokens, max_length = s.max_tokens, s.max_length
+    boundaries, b = [], 8
+    while b < max_length:
+        boundaries.append(b)
+        b = max(b + 1, int(b * 1.1))
+    # Boundaries are exclusive: bucket i holds lengths < boundaries[i].
+    sizes = [max_tokens // (b - 1) for b in boundaries] + [max_tokens // max_length]
+    return lambda ds: ds.bucket_by_sequence_length(length_of, boundaries, sizes)
+
+
+def opennmt_buckets(s: Setting, width=8):
+    """OpenNMT-tf's batch_sequence_dataset with batch_type="tokens", length_bucket_width=8."""
+    max_tokens, max_length = s.max_tokens, s.max_length
+
+    def key(example):
+        return tf.cast(tf.minimum(length_of(example) // width, max_length // width), tf.int64)
+
+    def window_size(bucket):
+        return max_tokens // ((bucket + 1) * width)
+
+    return lambda ds: ds.group_by_window(key, lambda _, w: w.padded_batch(window_size(_)),
+                                         window_size_func=window_size)
+
+
+def width1_buckets(s: Setting):
+    """group_by_window with one bucket per length, rows = budget // length (a candidate design)."""
+    def rows(length):
+        return s.max_tokens // tf.maximum(length, 1)
+
+    return lambda ds: ds.group_by_window(
+        lambda x: tf.cast(length_of(x), tf.int64), lambda key, w: w.padded_batch(rows(key)),
+        window_size_func=rows)
+
+
+def tfseq_buckets(s: Setting):
+    return lambda ds: ds.apply(bucket_by_length(
+        max_tokens=s.max_tokens, max_length=s.max_length, seed=s.seed, pool_size=s.pool_size))
+
+
+def sorted_epoch(s: Setting):
+    """Reference: one pool holding the whole epoch and no shuffle, like fairseq batch_by_size."""
+    return lambda ds: ds.apply(bucket_by_length(
+        max_tokens=s.max_tokens, max_length=s.max_length, pool_size=s.epoch_size, shuffle=False))
+
+
+# (name, builder(Setting) -> (dataset -> batched dataset)).
+# A new scheme (packing, first-fit) is one more line here.
+SCHEMES = [
+    ("plain padded_batch", plain),
+    ("tf.data bucket_by_sequence_length", tf_data_buckets),
+    ("OpenNMT-tf tokens, width 8", opennmt_buckets),
+    ("group_by_window, width 1", width1_buckets),
+    ("tfseq bucket_by_length", tfseq_buckets),
+    ("sorted epoch, unshuffled (reference)", sorted_epoch),
+]
+
+
+def batch_numbers(batch):
+    """int64 (batches, rows, real tokens, cells, max cells) of one padded batch."""
+    ids = batch["ids"]
+    cells = tf.cast(tf.size(ids), tf.int64)
+    real = tf.math.count_nonzero(ids, dtype=tf.int64)
+    return tf.stack([tf.constant(1, tf.int64), tf.cast(tf.shape(ids)[0], tf.int64), real, cells,
+                     cells])
+
+
+def measure(dataset) -> tuple[np.ndarray, float]:
+    """Runs the dataset in-graph once; returns the summed numbers and the seconds it took."""
+    start = time.perf_counter()
+    totals = dataset.map(batch_numbers).reduce(
+        tf.zeros([5], tf.int64),
+        lambda acc, x: tf.concat([acc[:4] + x[:4], tf.maximum(acc[4:], x[4:])], 0))
+    totals = totals.numpy()
+    return totals, time.perf_counter() - start
+
+
+def main(argv):
+    del argv
+    if FLAGS.synthetic != "none":
+        source = f"synthetic {FLAGS.synthetic}, {FLAGS.synthetic_size} examples, seed {FLAGS.seed}"
+        examples = synthetic_corpus(FLAGS.synthetic, FLAGS.synthetic_size, FLAGS.seed)
+    else:
+        source = f"{','.join(FLAGS.files)} field {FLAGS.field}"
+        examples = read_corpus(FLAGS.files, FLAGS.field)
+    budget, max_length = FLAGS.max_tokens, FLAGS.max_length
+
+    examples = examples.cache()
+    start = time.perf_counter()
+    all_lengths = np.concatenate(list(examples.map(length_of).batch(1 << 16).as_numpy_iterator()))
+    raw_seconds = time.perf_counter() - start
+    n_in = len(all_lengths)
+    kept_lengths = all_lengths[(all_lengths >= 1) & (all_lengths <= max_length)]
+    n_kept, real_per_epoch = len(kept_lengths), int(kept_lengths.sum())
+    kept = examples.filter(lambda x: tf.logical_and(length_of(x) >= 1,
+                                                    length_of(x) <= max_length))
+    shuffled = kept.shuffle(n_kept, seed=FLAGS.seed, reshuffle_each_iteration=True)
+    data = shuffled.repeat(FLAGS.epochs) if FLAGS.epochs > 1 else shuffled
+    fewest = math.ceil(real_per_epoch / budget) * FLAGS.epochs
+
+    setting = Setting(budget, max_length, FLAGS.seed, FLAGS.pool_size, n_kept)
+    schemes = list(SCHEMES)
+    for size in FLAGS.extra_pool_sizes:
+        at = dataclasses.replace(setting, pool_size=int(size))
+        schemes.append((f"tfseq, pool_size={int(size)}", lambda _, at=at: tfseq_buckets(at)))
+    rows = []
+    for name, build in schemes:
+        (batches, n_rows, real, cells, max_cells), seconds = measure(data.apply(build(setting)))
+        logging.info("%s: %d batches in %.1f s", name, batches, seconds)
+        assert n_rows == n_kept * FLAGS.epochs and real == real_per_epoch * FLAGS.epochs, name
+        rows.append({
+            "scheme": name, "step_efficiency": fewest / batches,
+            "padding_efficiency": real / cells, "batches_per_epoch": batches / FLAGS.epochs,
+            "max_batch_cells": int(max_cells), "tokens_per_s": real / seconds,
+        })
+    ref = next(r for r in rows if r["scheme"] == "tfseq bucket_by_length")
+    for r in rows:
+        r["steps_vs_tfseq"] = r["batches_per_epoch"] / ref["batches_per_epoch"]
+        r["speed_vs_tfseq"] = r["tokens_per_s"] / ref["tokens_per_s"]
+
+    print(f"corpus: {source}; {n_in} examples, {n_kept} kept (1..{max_length} tokens), "
+          f"{real_per_epoch} tokens/epoch; median {int(np.median(kept_lengths))}, "
+          f"p90 {int(np.percentile(kept_lengths, 90))}, max {kept_lengths.max()}")
+    print(f"max_tokens={budget} max_length={max_length} epochs={FLAGS.epochs}: fewest "
+          f"possible batches/epoch {fewest // FLAGS.epochs}; read+tokenize "
+          f"{all_lengths.sum() / raw_seconds:,.0f} tok/s")
+    header = (f"{'scheme':38} {'step eff':>8} {'pad eff':>8} {'batches':>8} {'max cells':>9} "
+              f"{'tok/s':>11} {'steps/tfseq':>11} {'speed/tfseq':>11}")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(f"{r['scheme']:38} {r['step_efficiency']:8.3f} {r['padding_efficiency']:8.3f} "
+              f"{r['batches_per_epoch']:8.0f} {r['max_batch_cells']:9d} "
+              f"{r['tokens_per_s']:11,.0f} {r['steps_vs_tfseq']:11.2f} "
+              f"{r['speed_vs_tfseq']:11.2f}")
+    if FLAGS.json_out:
+        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
+        with open(FLAGS.json_out, "w") as f:
+            json.dump({"corpus": source, "examples": n_in, "kept": n_kept,
+                       "real_tokens_per_epoch": real_per_epoch, "max_tokens": budget,
+                       "max_length": max_length, "epochs": FLAGS.epochs,
+                       "fewest_batches_per_epoch": fewest // FLAGS.epochs,
+                       "read_tokenize_tokens_per_s": float(all_lengths.sum() / raw_seconds),
+                       "schemes": rows}, f, indent=2)
+        logging.info("wrote %s", FLAGS.json_out)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,326 @@
+r"""Packing at one token budget: tfseq.pack against plain padding and an offline first fit.
+
+For each corpus, the same examples (read, hashed to ids, 1..max_length tokens, cached, then
+shuffled with one seed) go through each scheme at ``--max_tokens`` cells per batch:
+
+- plain padded_batch: ``max_tokens // max_length`` examples per batch;
+- tfseq pack: ``tfseq.pack(block_length, max_tokens=...)`` rows of ``block_length``;
+- first-fit decreasing (offline reference): the whole epoch sorted by length and packed by
+  first fit into rows of ``block_length`` in Python, then batched; no shuffle, not streaming.
+
+Columns: step efficiency ``ceil(real tokens / max_tokens) / batches``, padding efficiency
+(real tokens / cells), batches, the largest batch in cells, pipeline tokens/s (in-graph
+``Dataset.reduce`` over the cached input) and
+ratios against tfseq pack. Streaming schemes are timed on a second pass (the first pass, with
+tracing and setup, is reported as ``first_pass_s``); the offline reference is timed on its
+Python packing plus one pass. With ``--train_steps`` > 0 it also trains a small ResettableRNN
+language model (ids folded to 1024 types, Embedding 64, GRU 128, Dense; loss weights from
+``tfseq.lm_targets``) on packed rows and on plain padded batches at the same budget, and
+reports real (non-pad) tokens/s over the timed ``train_on_batch`` steps (after 3 warm-up
+steps; the two schemes' steps interleaved). One JSON file holds everything.
+
+Usage:
+  python scripts/bench_packing.py --json_out=bench_out/packing.json
+  python scripts/bench_packing.py --corpora=kjv --train_steps=0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags, logging  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import tfseq  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("corpora", ["kjv", "zipf"],
+                  "kjv: the embedded corpus (4th TSV field, whitespace tokens); zipf: synthetic "
+                  "power-law lengths (8 * Pareto(1.2)); lognormal: median 20, sigma 1.2.")
+flags.DEFINE_integer("synthetic_size", 20000, "Examples in a synthetic corpus.")
+flags.DEFINE_integer("max_tokens", 8192, "Budget: rows x padded length per batch.")
+flags.DEFINE_integer("block_length", 512, "Row length for packing; also the max length kept.")
+flags.DEFINE_integer("window", 4, "tfseq.pack window (batches' worth of tokens kept open).")
+flags.DEFINE_integer("seed", 0, "Seed for the shuffle and the synthetic corpus.")
+flags.DEFINE_integer("train_steps", 8, "Timed training steps per scheme (0: no training bench).")
+flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
+
+HASH_BUCKETS = 30000
+TRAIN_VOCAB = 1024
+
+
+def kjv_corpus() -> tf.data.Dataset:
+    """The embedded corpus as ``{"ids": int32 [(T)]}``: whitespace tokens hashed to ids >= 1."""
+    lines = tf.data.TextLineDataset(tfseq.corpus_path("kjv_en"), compression_type="GZIP")
+
+    def to_example(line):
+        tokens = tf.strings.split(tf.strings.split(line, "\t")[3])
+        return {"ids": tf.cast(tf.strings.to_hash_bucket_fast(tokens, HASH_BUCKETS) + 1,
+                               tf.int32)}
+
+    return lines.map(to_example, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def synthetic_corpus(kind: str, size: int, seed: int) -> tf.data.Dataset:
+    rng = np.random.default_rng(seed)
+    if kind == "zipf":
+        lengths = np.ceil(8 * (rng.pareto(1.2, size) + 1)).astype(np.int64) - 7
+    else:
+        lengths = np.ceil(rng.lognormal(math.log(20), 1.2, size)).astype(np.int64)
+    lengths = np.minimum(lengths, 4096)
+    values = rng.integers(1, HASH_BUCKETS + 1, lengths.sum(), dtype=np.int32)
+    ids = tf.RaggedTensor.from_row_lengths(values, lengths)
+    return tf.data.Dataset.from_tensor_slices({"ids": ids}).map(lambda e: {"ids": e["ids"]})
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """What every scheme is given (the fields bench_batching.py's Setting also has)."""
+    max_tokens: int
+    max_length: int
+    seed: int = 0
+    window: int = 4
+
+
+def plain(s: Setting):
+    """padded_batch at the largest batch size that can never exceed the budget."""
+    return lambda ds: ds.padded_batch(s.max_tokens // s.max_length)
+
+
+def tfseq_pack(s: Setting):
+    """tfseq.pack: rows of max_length tokens, max_tokens // max_length rows per batch."""
+    return lambda ds: ds.apply(tfseq.pack(s.max_length, max_tokens=s.max_tokens, window=s.window,
+                                          counter=tfseq.DropCounter()))
+
+
+def first_fit_decreasing(lengths, capacity: int) -> list[list[int]]:
+    """Offline first-fit decreasing: bins (lists of indices) of total length <= capacity.
+
+    Every length must be in 1..capacity. Bench reference only (numpy, whole epoch in memory).
+    """
+    lengths = np.asarray(lengths, np.int64)
+    order = np.argsort(-lengths, kind="stable")
+    room = np.zeros(len(lengths), np.int64)
+    bins: list[list[int]] = []
+    for i in order:
+        fits = np.flatnonzero(room[: len(bins)] >= lengths[i])
+        if fits.size:
+            b = fits[0]
+        else:
+            b = len(bins)
+            bins.append([])
+            room[b] = capacity
+        bins[b].append(int(i))
+        room[b] -= lengths[i]
+    return bins
+
+
+def ffd_reference(s: Setting):
+    """First-fit decreasing over the whole epoch, batched max_tokens // max_length rows."""
+
+    def apply(ds):
+        examples = [e["ids"] for e in ds.as_numpy_iterator()]
+        bins = first_fit_decreasing([len(e) for e in examples], s.max_length)
+        ids = np.zeros([len(bins), s.max_length], np.int32)
+        segment_ids = np.zeros_like(ids)
+        for r, members in enumerate(bins):
+            at = 0
+            for k, i in enumerate(members, start=1):
+                ids[r, at: at + len(examples[i])] = examples[i]
+                segment_ids[r, at: at + len(examples[i])] = k
+                at += len(examples[i])
+        return tf.data.Dataset.from_tensor_slices(
+            {"ids": ids, "ids_segment_ids": segment_ids}).batch(s.max_tokens // s.max_length)
+
+    return apply
+
+
+OFFLINE = "first-fit decreasing, offline (reference)"
+
+# (name, builder(Setting) -> (dataset -> batched dataset)), as in bench_batching.py's SCHEMES.
+SCHEMES = [
+    ("plain padded_batch", plain),
+    ("tfseq pack", tfseq_pack),
+    (OFFLINE, ffd_reference),
+]
+
+
+def batch_numbers(batch):
+    """int64 (batches, examples, real tokens, cells, max cells) of a padded or packed batch."""
+    ids = batch["ids"]
+    cells = tf.cast(tf.size(ids), tf.int64)
+    real = tf.math.count_nonzero(ids, dtype=tf.int64)
+    if "ids_segment_ids" in batch:
+        examples = tf.cast(tf.reduce_sum(tf.reduce_max(batch["ids_segment_ids"], axis=1)),
+                           tf.int64)
+    else:
+        examples = tf.cast(tf.shape(ids)[0], tf.int64)
+    return tf.stack([tf.constant(1, tf.int64), examples, real, cells, cells])
+
+
+def measure(dataset: tf.data.Dataset) -> np.ndarray:
+    totals = dataset.map(batch_numbers).reduce(
+        tf.zeros([5], tf.int64),
+        lambda acc, x: tf.concat([acc[:4] + x[:4], tf.maximum(acc[4:], x[4:])], 0))
+    return totals.numpy()
+
+
+def lm_model() -> keras.Model:
+    ids = keras.Input(shape=(None,), dtype="int32", name="ids")
+    resets = keras.Input(shape=(None,), dtype="bool", name="ids_resets")
+    x = keras.layers.Embedding(TRAIN_VOCAB + 1, 64, mask_zero=True)(ids)
+    x = tfseq.layers.ResettableRNN(keras.layers.GRUCell(128))(x, resets)
+    model = keras.Model({"ids": ids, "ids_resets": resets}, keras.layers.Dense(TRAIN_VOCAB + 1)(x))
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def training_batches(batched: tf.data.Dataset, packed: bool) -> tf.data.Dataset:
+    """(features, targets, weights) for the LM; ids folded into the small training vocab."""
+
+    def prepare(batch):
+        ids = batch["ids"]
+        ids = tf.where(ids > 0, ids % TRAIN_VOCAB + 1, 0)
+        if packed:
+            batch = dict(batch, ids=ids)
+        else:  # a plain padded batch: one segment per row
+            real = tf.cast(ids > 0, tf.int32)
+            first = tf.concat([tf.ones_like(ids[:, :1], tf.bool),
+                               tf.zeros_like(ids[:, 1:], tf.bool)], 1)
+            batch = {"ids": ids, "ids_segment_ids": real, "ids_resets": first & (real > 0)}
+        features, targets, weights = tfseq.lm_targets(batch)
+        return ({"ids": features["ids"], "ids_resets": features["ids_resets"]}, targets,
+                weights)
+
+    return batched.map(prepare)
+
+
+def train_speeds(batched: dict, steps: int) -> dict:
+    """Real (non-pad) tokens/s per scheme over ``steps`` train steps after 3 warm-up steps.
+
+    ``batched`` maps a scheme name to ``(batched dataset, packed?)``. The schemes' steps are
+    interleaved (one step of each in turn), so a change in machine load hits them alike.
+    """
+    runs = {}
+    for name, (dataset, packed) in batched.items():
+        model = lm_model()
+        it = iter(training_batches(dataset, packed).repeat())
+        for _ in range(3):
+            model.train_on_batch(*next(it))
+        runs[name] = (model, [next(it) for _ in range(steps)], [0.0])
+    for step in range(steps):
+        for model, batches, seconds in runs.values():
+            x, y, w = batches[step]
+            start = time.perf_counter()
+            model.train_on_batch(x, y, sample_weight=w)
+            seconds[0] += time.perf_counter() - start
+    out = {}
+    for name, (_, batches, seconds) in runs.items():
+        real = sum(int(tf.math.count_nonzero(x["ids"])) for x, _, _ in batches)
+        out[name] = {"train_real_tokens_per_s": real / seconds[0],
+                     "train_real_tokens_per_step": real / steps}
+    return out
+
+
+def run_corpus(name: str, examples: tf.data.Dataset, setting: Setting) -> dict:
+    examples = examples.cache()
+    start = time.perf_counter()
+    lengths = np.concatenate(list(examples.map(lambda e: tf.size(e["ids"])).batch(1 << 16)
+                                  .as_numpy_iterator()))
+    raw_seconds = time.perf_counter() - start
+    keep = (lengths >= 1) & (lengths <= setting.max_length)
+    real_per_epoch, n_kept = int(lengths[keep].sum()), int(keep.sum())
+    data = examples.filter(lambda e: (tf.size(e["ids"]) >= 1)
+                           & (tf.size(e["ids"]) <= setting.max_length))
+    data = data.shuffle(n_kept, seed=setting.seed)
+    measure(data)  # fill the cache
+    fewest = math.ceil(real_per_epoch / setting.max_tokens)
+    rows = []
+    for scheme, build in SCHEMES:
+        start = time.perf_counter()
+        batched = data.apply(build(setting))
+        batches, n_examples, real, cells, max_cells = measure(batched)
+        first_pass = time.perf_counter() - start
+        seconds = first_pass
+        if scheme != OFFLINE:  # streaming: time a second epoch, without tracing and setup
+            start = time.perf_counter()
+            measure(batched)
+            seconds = time.perf_counter() - start
+        logging.info("%s / %s: %d batches; %.1f s first pass, %.1f s timed", name, scheme,
+                     batches, first_pass, seconds)
+        assert n_examples == n_kept and real == real_per_epoch, (scheme, n_examples, real)
+        rows.append({"scheme": scheme, "step_efficiency": fewest / batches,
+                     "padding_efficiency": real / cells, "batches": int(batches),
+                     "max_batch_cells": int(max_cells), "tokens_per_s": real / seconds,
+                     "first_pass_s": first_pass})
+    ref = next(r for r in rows if r["scheme"] == "tfseq pack")
+    for r in rows:
+        r["steps_vs_pack"] = r["batches"] / ref["batches"]
+        r["speed_vs_pack"] = r["tokens_per_s"] / ref["tokens_per_s"]
+    if FLAGS.train_steps > 0:
+        trained = train_speeds({
+            "plain padded_batch": (data.apply(plain(setting)), False),
+            "tfseq pack": (data.apply(tfseq_pack(setting)), True)}, FLAGS.train_steps)
+        for r in rows:
+            r.update(trained.get(r["scheme"], {}))
+    kept = lengths[keep]
+    return {"corpus": name, "examples": int(len(lengths)), "kept": n_kept,
+            "real_tokens": real_per_epoch, "median_length": float(np.median(kept)),
+            "p90_length": float(np.percentile(kept, 90)), "max_length": int(kept.max()),
+            "fewest_batches": fewest, "read_tokens_per_s": float(lengths.sum() / raw_seconds),
+            "schemes": rows}
+
+
+def print_table(result: dict, setting: Setting) -> None:
+    print(f"\n{result['corpus']}: {result['examples']} examples, {result['kept']} kept "
+          f"(1..{setting.max_length} tokens), {result['real_tokens']} tokens; median "
+          f"{result['median_length']:.0f}, p90 {result['p90_length']:.0f}, max "
+          f"{result['max_length']}; fewest batches at max_tokens={setting.max_tokens}: "
+          f"{result['fewest_batches']}")
+    header = (f"{'scheme':42} {'step eff':>8} {'pad eff':>8} {'batches':>8} {'max cells':>9} "
+              f"{'tok/s':>10} {'steps/pack':>10} {'speed/pack':>10} {'train tok/s':>11}")
+    print(header)
+    print("-" * len(header))
+    for r in result["schemes"]:
+        train = r.get("train_real_tokens_per_s")
+        print(f"{r['scheme']:42} {r['step_efficiency']:8.3f} {r['padding_efficiency']:8.3f} "
+              f"{r['batches']:8d} {r['max_batch_cells']:9d} {r['tokens_per_s']:10,.0f} "
+              f"{r['steps_vs_pack']:10.2f} {r['speed_vs_pack']:10.2f} "
+              f"{'' if train is None else f'{train:11,.0f}'}")
+
+
+def main(argv):
+    del argv
+    setting = Setting(FLAGS.max_tokens, FLAGS.block_length, FLAGS.seed, FLAGS.window)
+    results = []
+    for name in FLAGS.corpora:
+        if name == "kjv":
+            examples = kjv_corpus()
+        elif name in ("zipf", "lognormal"):
+            examples = synthetic_corpus(name, FLAGS.synthetic_size, FLAGS.seed)
+            name = f"synthetic {name} ({FLAGS.synthetic_size} examples, seed {FLAGS.seed})"
+        else:
+            raise app.UsageError(f"Unknown corpus {name!r}; use kjv, zipf or lognormal")
+        results.append(run_corpus(name, examples, setting))
+        print_table(results[-1], setting)
+    if FLAGS.json_out:
+        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
+        with open(FLAGS.json_out, "w") as f:
+            json.dump({"max_tokens": setting.max_tokens, "block_length": setting.max_length,
+                       "window": setting.window, "train_steps": FLAGS.train_steps,
+                       "results": results}, f, indent=2)
+        logging.info("wrote %s", FLAGS.json_out)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,149 @@
+"""Benchmarks split_batch: its cost per batch and the per-replica token imbalance.
+
+Reads the embedded English corpus (4th TSV field), whitespace tokens (tensorflow_text), ids
+from ``tf.strings.to_hash_bucket_fast(token) + 1``, shuffled padded batches of 256; then
+splits every batch over ``--num_splits`` replicas with ``balance="examples"`` and
+``balance="tokens"`` side by side.
+
+Measures, from one run:
+  * ms per batch of the full read+tokenize+batch pipeline (context), of iterating the cached
+    batches unsplit, and of the same cached batches split: the difference is the split's cost;
+  * per-replica real-token imbalance: max over replicas / mean over replicas, per batch,
+    averaged over batches (1.0 = perfect) and its worst batch;
+  * padded cells per replica (rows x width) max/mean, with ``trim=True``.
+
+Usage:
+  python scripts/bench_splitting.py --json_out=bench_out/splitting.json
+  python scripts/bench_splitting.py --num_splits=8 --batch_size=512 --repeats=5
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from absl import app, flags
+
+flags.DEFINE_string("corpus", None, "TSV(.gz) corpus; default: the embedded kjv_en.tsv.gz.")
+flags.DEFINE_integer("num_splits", 4, "Replicas to split each batch over.")
+flags.DEFINE_integer("batch_size", 256, "Rows per (global) padded batch.")
+flags.DEFINE_integer("shuffle_buffer", 4096, "Example shuffle buffer before batching (0: none).")
+flags.DEFINE_integer("repeats", 7, "Timed passes over the cached batches; the best is kept.")
+flags.DEFINE_integer("seed", 1, "Shuffle seed.")
+flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
+
+FLAGS = flags.FLAGS
+
+
+def default_corpus() -> str:
+    import tfseq
+    return os.path.join(os.path.dirname(tfseq.__file__), "data", "kjv_en.tsv.gz")
+
+
+def batches(path: str, batch_size: int, shuffle_buffer: int, seed: int):
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    tokenizer = tf_text.WhitespaceTokenizer()
+
+    def to_example(line):
+        text = tf.strings.split(line, "\t", maxsplit=3)[3]
+        ids = tf.strings.to_hash_bucket_fast(tokenizer.tokenize(text), 2**20 - 1) + 1
+        ids = tf.cast(ids, tf.int32)
+        return {"ids": ids, "ids_length": tf.size(ids)}
+
+    compression = "GZIP" if path.endswith(".gz") else None
+    ds = tf.data.TextLineDataset(path, compression_type=compression)
+    ds = ds.map(to_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if shuffle_buffer:
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
+    return ds.padded_batch(batch_size)
+
+
+def ms_per_element(dataset) -> tuple[float, int]:
+    """Wall time per element of one pass, counted in-graph (no Python loop)."""
+    import numpy as np
+
+    start = time.perf_counter()
+    count = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
+    return 1000.0 * (time.perf_counter() - start) / max(count, 1), count
+
+
+def best_ms(datasets: dict, repeats: int) -> dict:
+    """Best ms per element of each dataset; passes interleaved so load hits all alike."""
+    best = {name: float("inf") for name in datasets}
+    for _ in range(repeats):
+        for name, dataset in datasets.items():
+            best[name] = min(best[name], ms_per_element(dataset)[0])
+    return best
+
+
+def imbalance(split_dataset) -> dict:
+    """Per-batch max/mean of real tokens and of padded cells over the replicas."""
+    import numpy as np
+
+    tokens, cells = [], []
+    for parts in split_dataset:
+        real = np.array([float(np.sum(p["ids_length"].numpy() * p["weight"].numpy()))
+                         for p in parts])
+        area = np.array([float(np.prod(p["ids"].shape)) for p in parts])
+        tokens.append(real.max() / max(real.mean(), 1e-9))
+        cells.append(area.max() / max(area.mean(), 1e-9))
+    return {"token_imbalance_mean": float(np.mean(tokens)),
+            "token_imbalance_worst": float(np.max(tokens)),
+            "cell_imbalance_mean": float(np.mean(cells))}
+
+
+def main(argv):
+    del argv
+    from tfseq.splitting import split_batch
+
+    path = FLAGS.corpus or default_corpus()
+    source = batches(path, FLAGS.batch_size, FLAGS.shuffle_buffer, FLAGS.seed)
+    full_ms, num_batches = ms_per_element(source)
+    cached = source.cache()
+    ms_per_element(cached)  # fills the cache
+    balances = ("examples", "tokens")
+    timed = {"unsplit": cached}
+    for balance in balances:
+        timed[balance] = cached.apply(split_batch(FLAGS.num_splits, balance=balance))
+    best = best_ms(timed, FLAGS.repeats)
+    unsplit_ms = best["unsplit"]
+
+    rows = []
+    for balance in balances:
+        trimmed = cached.apply(split_batch(FLAGS.num_splits, balance=balance, trim=True))
+        split_ms = best[balance]
+        rows.append({"balance": balance, "split_ms_per_batch": split_ms,
+                     "split_cost_ms": split_ms - unsplit_ms,
+                     "split_cost_vs_full_pipeline": (split_ms - unsplit_ms) / full_ms,
+                     **imbalance(trimmed)})
+
+    result = {"corpus": os.path.basename(path), "num_batches": num_batches,
+              "batch_size": FLAGS.batch_size, "num_splits": FLAGS.num_splits,
+              "full_pipeline_ms_per_batch": full_ms, "cached_unsplit_ms_per_batch": unsplit_ms,
+              "schemes": rows}
+    header = (f"{'balance':<9} {'split ms/b':>10} {'cost ms/b':>10} {'cost/full':>10} "
+              f"{'tok max/mean':>13} {'worst':>7} {'cells max/mean':>15}")
+    lines = [f"corpus {result['corpus']}: {num_batches} batches of {FLAGS.batch_size} over "
+             f"{FLAGS.num_splits} replicas; full pipeline {full_ms:.2f} ms/batch, cached "
+             f"unsplit {unsplit_ms:.3f} ms/batch", header]
+    for r in rows:
+        lines.append(f"{r['balance']:<9} {r['split_ms_per_batch']:>10.3f} "
+                     f"{r['split_cost_ms']:>10.3f} {r['split_cost_vs_full_pipeline']:>10.3f} "
+                     f"{r['token_imbalance_mean']:>13.3f} {r['token_imbalance_worst']:>7.3f} "
+                     f"{r['cell_imbalance_mean']:>15.3f}")
+    ex, tok = rows
+    lines.append(f"tokens/examples: imbalance excess {(tok['token_imbalance_mean'] - 1):.4f} vs "
+                 f"{(ex['token_imbalance_mean'] - 1):.4f}; split cost ratio "
+                 f"{tok['split_ms_per_batch'] / ex['split_ms_per_batch']:.2f}x")
+    print("\n".join(lines))
+    if FLAGS.json_out:
+        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
+        with open(FLAGS.json_out, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    app.run(main)

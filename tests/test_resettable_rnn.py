@@ -1,0 +1,183 @@
+"""ResettableRNN and segment masks: packed runs equal each example run alone; Keras plumbing."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfseq
+from tfseq.layers import ResettableRNN, segment_attention_mask, segment_mean
+
+CELLS = {"gru": lambda: keras.layers.GRUCell(6), "lstm": lambda: keras.layers.LSTMCell(6)}
+VOCAB, DIM, BLOCK, ROWS = 40, 5, 8, 3
+
+
+def random_examples(seed=0, count=14):
+    """Random ids with lengths 1..20 (some longer than the block of 8, so they get split)."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(1, VOCAB, int(n)).tolist() for n in rng.integers(1, 21, count)]
+
+
+def packed_batches(data, block=BLOCK, rows=ROWS):
+    def gen():
+        for i, ids in enumerate(data):
+            yield {"ids": ids, "label": i}
+    ds = tf.data.Dataset.from_generator(gen, output_signature={
+        "ids": tf.TensorSpec([None], tf.int32), "label": tf.TensorSpec([], tf.int32)})
+    counter = tfseq.DropCounter()
+    batches = [{k: v.numpy() for k, v in b.items()}
+               for b in ds.apply(tfseq.pack(block, batch_size=rows, counter=counter))]
+    return batches, counter.drops()["split"]
+
+
+@pytest.mark.parametrize("kind", sorted(CELLS))
+def test_packed_run_equals_each_example_alone(kind):
+    data = random_examples()
+    batches, num_split = packed_batches(data)
+    assert num_split >= 3
+    table = np.random.default_rng(1).normal(size=(VOCAB, DIM)).astype(np.float32)
+    layer = ResettableRNN(CELLS[kind](), return_state=True)
+    outputs = {i: [] for i in range(len(data))}
+    state = None
+    for batch in batches:
+        rows = batch["ids"].shape[0]
+        if state is not None:
+            state = [s[:rows] for s in state]
+        seg = batch["ids_segment_ids"]
+        result = layer(table[batch["ids"]], batch["ids_resets"], mask=seg > 0,
+                       initial_state=state)
+        sequences, state = result[0].numpy(), result[1:]
+        for r in range(rows):
+            for t in np.flatnonzero(seg[r]):
+                outputs[int(batch["label"][r, seg[r, t] - 1])].append(sequences[r, t])
+    alone = keras.layers.RNN(layer.cell, return_sequences=True)
+    for i, ids in enumerate(data):
+        expected = alone(table[np.array(ids)][None]).numpy()[0]
+        np.testing.assert_allclose(np.stack(outputs[i]), expected, atol=1e-5, rtol=0)
+
+
+def test_continuation_needs_the_carried_state():
+    # One example of 7 tokens at block 4: the second piece starts without a reset.
+    data = [[3, 1, 4, 1, 5, 9, 2]]
+    batches, num_split = packed_batches(data, block=4, rows=1)
+    assert num_split == 1
+    assert [b["ids"].tolist() for b in batches] == [[[3, 1, 4, 1]], [[5, 9, 2, 0]]]
+    assert [b["ids_resets"].tolist() for b in batches] == [[[True, False, False, False]],
+                                                           [[False, False, False, False]]]
+    table = np.random.default_rng(1).normal(size=(VOCAB, DIM)).astype(np.float32)
+    layer = ResettableRNN(keras.layers.GRUCell(4), return_state=True)
+    full = layer(table[np.array(data)], np.array([[True] + [False] * 6]))[0].numpy()
+    first, second = batches
+    out1 = layer(table[first["ids"]], first["ids_resets"], mask=first["ids_segment_ids"] > 0)
+    out2 = layer(table[second["ids"]], second["ids_resets"], mask=second["ids_segment_ids"] > 0,
+                 initial_state=out1[1:])[0].numpy()
+    np.testing.assert_allclose(out1[0].numpy()[0], full[0, :4], atol=1e-6)
+    np.testing.assert_allclose(out2[0, :3], full[0, 4:], atol=1e-6)
+    fresh = layer(table[second["ids"]], second["ids_resets"])[0].numpy()
+    assert np.abs(fresh[0, :3] - full[0, 4:]).max() > 1e-3
+
+
+def test_padding_keeps_the_state_and_outputs_zeros():
+    layer = ResettableRNN(keras.layers.GRUCell(4), return_state=True)
+    x = tf.random.stateless_normal([2, 5, 3], seed=[1, 2])
+    mask = tf.constant([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]) > 0
+    resets = tf.constant([[1, 0, 0, 0, 0], [1, 0, 0, 0, 0]]) > 0
+    sequences, state = layer(x, resets, mask=mask)
+    short, short_state = layer(x[:1, :3], resets[:1, :3])
+    np.testing.assert_allclose(sequences[0, 3:], np.zeros([2, 4]))
+    np.testing.assert_allclose(state[:1], short_state, atol=1e-6)
+    last = ResettableRNN(layer.cell, return_sequences=False)(x, resets, mask=mask)
+    np.testing.assert_allclose(last[0], short[0, 2], atol=1e-6)
+    assert sequences.shape == (2, 5, 4) and last.shape == (2, 4)
+
+
+def test_no_resets_is_a_plain_rnn():
+    layer = ResettableRNN(keras.layers.LSTM(4))
+    x = tf.random.stateless_normal([2, 6, 3], seed=[3, 4])
+    expected = keras.layers.RNN(layer.cell, return_sequences=True)(x)
+    np.testing.assert_allclose(layer(x), expected, atol=1e-6)
+
+
+def test_bad_cell():
+    with pytest.raises(TypeError, match="cell"):
+        ResettableRNN(keras.layers.Dense(3))
+
+
+def lm_model():
+    ids = keras.Input(shape=(None,), dtype="int32", name="ids")
+    resets = keras.Input(shape=(None,), dtype="bool", name="ids_resets")
+    x = keras.layers.Embedding(VOCAB, 8, mask_zero=True)(ids)
+    x = ResettableRNN(keras.layers.GRUCell(8))(x, resets)
+    return keras.Model({"ids": ids, "ids_resets": resets}, keras.layers.Dense(VOCAB)(x))
+
+
+def test_config_round_trip_and_keras_file(tmp_path):
+    layer = ResettableRNN(keras.layers.LSTMCell(4), return_state=True, name="rnn")
+    clone = ResettableRNN.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+    model = lm_model()
+    batch = {"ids": np.array([[5, 6, 7, 8, 9, 0]]),
+             "ids_resets": np.array([[True, False, True, False, False, False]])}
+    path = str(tmp_path / "lm.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    np.testing.assert_allclose(loaded.predict(batch, verbose=0), model.predict(batch, verbose=0),
+                               atol=1e-6)
+
+
+def test_trains_with_model_fit_on_packed_lm_targets():
+    batches = tf.data.Dataset.from_generator(
+        lambda: iter({"ids": ids} for ids in random_examples(2, 30)),
+        output_signature={"ids": tf.TensorSpec([None], tf.int32)}).apply(
+        tfseq.pack(16, batch_size=4, counter=tfseq.DropCounter()))
+
+    def to_fit(batch):
+        features, targets, weights = tfseq.lm_targets(batch)
+        return ({"ids": features["ids"], "ids_resets": features["ids_resets"]}, targets,
+                weights)
+
+    model = lm_model()
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(batches.map(to_fit), epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert history.history["loss"][1] < history.history["loss"][0]
+
+
+def test_segment_attention_mask():
+    mask = segment_attention_mask(tf.constant([[1, 1, 2, 0]]))
+    assert mask.numpy().astype(int).tolist() == [[[1, 1, 0, 0],
+                                                  [1, 1, 0, 0],
+                                                  [0, 0, 1, 0],
+                                                  [0, 0, 0, 0]]]
+    causal = segment_attention_mask(tf.constant([[1, 1, 2, 0]]), causal=True)
+    assert causal.numpy().astype(int).tolist() == [[[1, 0, 0, 0],
+                                                    [1, 1, 0, 0],
+                                                    [0, 0, 1, 0],
+                                                    [0, 0, 0, 0]]]
+    with pytest.raises(ValueError, match="rank 2"):
+        segment_attention_mask(tf.constant([1, 2]))
+
+
+def test_packed_attention_equals_each_example_alone():
+    data = [[4, 8, 15], [16, 23], [42, 7, 1]]
+    batch = {"ids": np.array([[4, 8, 15, 16, 23, 0], [42, 7, 1, 0, 0, 0]]),
+             "ids_segment_ids": np.array([[1, 1, 1, 2, 2, 0], [1, 1, 1, 0, 0, 0]])}
+    table = np.random.default_rng(3).normal(size=(50, 4)).astype(np.float32)
+
+    def attend(x, mask):
+        logits = tf.matmul(x, x, transpose_b=True) / 2.0
+        return tf.matmul(tfseq.masked_softmax(logits, mask), x).numpy()
+
+    packed = attend(table[batch["ids"]], segment_attention_mask(batch["ids_segment_ids"]))
+    pieces = [packed[0, :3], packed[0, 3:5], packed[1, :3]]
+    for ids, got in zip(data, pieces):
+        x = table[np.array(ids)][None]
+        np.testing.assert_allclose(got, attend(x, None)[0], atol=1e-5)
+    np.testing.assert_allclose(packed[0, 5], 0.0)
+
+
+def test_segment_mean_lines_up_with_per_segment_labels():
+    values = tf.constant([[[1.0], [3.0], [10.0], [0.0]], [[2.0], [4.0], [6.0], [8.0]]])
+    segment_ids = tf.constant([[1, 1, 2, 0], [1, 1, 1, 1]])
+    assert segment_mean(values, segment_ids, 3).numpy().tolist() == [[[2.0], [10.0], [0.0]],
+                                                                     [[5.0], [0.0], [0.0]]]

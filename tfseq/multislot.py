@@ -1,0 +1,451 @@
+"""PaddlePaddle MultiSlot text data feeds as tf.data: one dict of (ragged) tensors per line.
+
+Format: every line holds the slots in a fixed order; each slot is a count followed by that many
+values (Paddle's ``MultiSlotDataFeed``). ``uint64`` slots hold integer ids (read as int64),
+``float`` slots hold decimal numbers (read as float32). A *sparse* slot has any number of
+values (0 included); a *dense* slot has exactly ``prod(shape)`` values.
+
+Worked example, slots ``click`` (uint64, dense, shape (1,)), ``words`` (uint64, sparse),
+``price`` (float, dense, shape (2,))::
+
+    line                            click   words        price
+    "1 1   3 7 8 9   2 0.5 1.5"     [1]     [7, 8, 9]    [0.5, 1.5]
+    "1 0   0         2 2.0 -1"      [0]     []           [2.0, -1.0]
+    "1 1   1 42      2 1e3 0"       [1]     [42]         [1000.0, 0.0]
+
+and batched (``batch_size=3``): ``click`` int64 ``[3, 1]``, ``words`` int64 RaggedTensor
+``[3, (n)]`` = ``[[7, 8, 9], [], [42]]``, ``price`` float32 ``[3, 2]``.
+
+Malformed lines. Each is classified by the first problem found, left to right:
+
+    reason            the line ...
+    missing_slot      ends before a slot (an empty line is missing its first slot)
+    bad_count         has a count that is not a non-negative integer
+    count_too_large   has a count larger than the tokens left on the line
+    non_numeric       has a value that is not a uint64 id (digits, < 2**63) or a finite float
+    dense_size        has a dense slot whose count is not prod(shape)
+    extra_tokens      has tokens left after the last slot
+
+``on_error="raise"`` (default) stops with ``tf.errors.InvalidArgumentError`` whose message
+names the file, the 1-based line number, the slot and the reason; ``on_error="drop"`` drops the
+line and counts it under its reason in the ``DropCounter`` (``counter.drops()``).
+
+Files are read ``num_parallel_reads`` at a time, interleaved line by line (Paddle's reader
+threads). ``pipe_command`` (an argv list, never a shell string) preprocesses each file before
+the graph runs, as Paddle's ``pipe_command`` does: the file's bytes go to the command's stdin,
+its stdout is written to a file under ``pipe_dir`` and that file is parsed. The commands run in
+Python (one subprocess per file, ``num_parallel_reads`` at a time) when ``read`` is called; a
+command that is not found raises ``FileNotFoundError`` and a non-zero exit raises
+``PipeCommandError``, both naming the file and the command. The parsing itself is tf ops only.
+
+Shapes: B = batch, n = values of a sparse slot in one line.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+from typing import Sequence
+
+import tensorflow as tf
+from absl import logging
+
+from tfseq._common import check_positive_int, unbatch_examples
+from tfseq.reading import resolve_files, verify_gzip
+from tfseq.stats import resolve_counter
+
+__all__ = ["Slot", "REASONS", "PipeCommandError", "parse", "read", "run_pipe_command",
+           "format_line"]
+
+TYPES = ("uint64", "float")
+KINDS = ("sparse", "dense")
+REASONS = ("missing_slot", "bad_count", "count_too_large", "non_numeric", "dense_size",
+           "extra_tokens")
+_CODE = {reason: i + 1 for i, reason in enumerate(REASONS)}  # 0 means "ok"
+_INT64_MAX_HEAD = 922337203685477580  # 2**63 - 1 == _INT64_MAX_HEAD * 10 + 7
+_FLOAT_RE = r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?"
+_MAX_COUNT = 1 << 31
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One MultiSlot column.
+
+    Attributes:
+      name: feature name in the output dict.
+      type: ``"uint64"`` (ids, emitted as int64) or ``"float"`` (emitted as float32).
+      kind: ``"sparse"`` (any number of values: ``[(n)]`` per line, RaggedTensor ``[B, (n)]``
+        batched) or ``"dense"`` (exactly ``prod(shape)`` values: ``shape`` per line).
+      shape: dense slots only: the per-line shape, e.g. ``(1,)`` or ``(4,)``; ``()`` is a scalar.
+    """
+
+    name: str
+    type: str = "uint64"
+    kind: str = "sparse"
+    shape: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Slot name must be a non-empty str; received name={self.name!r}")
+        if self.type not in TYPES:
+            raise ValueError(f"Slot {self.name!r}: unknown type {self.type!r}; expected one of "
+                             f"{TYPES}")
+        if self.kind not in KINDS:
+            raise ValueError(f"Slot {self.name!r}: unknown kind {self.kind!r}; expected one of "
+                             f"{KINDS}")
+        shape = tuple(self.shape) if isinstance(self.shape, (tuple, list)) else self.shape
+        if not isinstance(shape, tuple) or any(
+                isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in shape):
+            raise ValueError(f"Slot {self.name!r}: shape must be a tuple of positive ints; "
+                             f"received shape={self.shape!r}")
+        if self.kind == "sparse" and shape:
+            raise ValueError(f"Slot {self.name!r}: a sparse slot has no shape (its length varies "
+                             f"per line); received shape={self.shape!r}")
+        object.__setattr__(self, "shape", shape)
+
+    @property
+    def size(self) -> int:
+        """Values per line of a dense slot."""
+        return math.prod(self.shape)
+
+    @property
+    def dtype(self) -> tf.DType:
+        return tf.int64 if self.type == "uint64" else tf.float32
+
+
+def _check_slots(slots) -> tuple[Slot, ...]:
+    if isinstance(slots, (str, Slot)) or not isinstance(slots, Sequence) or not slots:
+        raise TypeError(f"slots must be a non-empty list of Slot (or (name, type, kind[, shape]) "
+                        f"tuples); received slots={slots!r}")
+    out = []
+    for slot in slots:
+        if isinstance(slot, Slot):
+            out.append(slot)
+        elif isinstance(slot, (tuple, list)) and 1 <= len(slot) <= 4:
+            out.append(Slot(*slot))
+        else:
+            raise TypeError(f"Each slot must be a Slot or a (name, type, kind[, shape]) tuple; "
+                            f"received {slot!r}")
+    names = [s.name for s in out]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"Slot names must be unique; duplicated: {duplicates}")
+    return tuple(out)
+
+
+def _parse_uint64(tokens: tf.Tensor):
+    """(ok bool [K], int64 [K]): digit strings below 2**63, exactly; others -> (False, 0)."""
+    digits = tf.strings.regex_full_match(tokens, "[0-9]+")
+    text = tf.where(digits, tf.strings.regex_replace(tokens, "^0+([0-9])", r"\1"), "0")
+    length = tf.strings.length(text)
+    short = length <= 18
+    short_value = tf.strings.to_number(tf.where(short, text, "0"), tf.int64)
+    long = tf.logical_and(digits, tf.equal(length, 19))
+    long_text = tf.where(long, text, "0" * 19)
+    head = tf.strings.to_number(tf.strings.substr(long_text, 0, 18), tf.int64)
+    last = tf.strings.to_number(tf.strings.substr(long_text, 18, 1), tf.int64)
+    long_ok = long & ((head < _INT64_MAX_HEAD) | ((head == _INT64_MAX_HEAD) & (last <= 7)))
+    long_value = tf.where(long_ok, head, 0) * 10 + tf.where(long_ok, last, 0)
+    ok = digits & (short | long_ok)
+    return ok, tf.where(short, short_value, long_value)
+
+
+def _parse_float(tokens: tf.Tensor):
+    """(ok bool [K], float32 [K]): finite decimal numbers; others -> (False, 0)."""
+    ok = tf.strings.regex_full_match(tokens, _FLOAT_RE)
+    value = tf.strings.to_number(tf.where(ok, tokens, "0"), tf.float32)
+    ok = ok & tf.math.is_finite(value)
+    return ok, tf.where(ok, value, 0.0)
+
+
+def _detail_table(slots: tuple[Slot, ...]) -> list[list[str]]:
+    """``[reason code][slot index]`` -> human-readable reason (row 0: ok)."""
+    n = len(slots)
+    table = [[""] * (n + 1)]
+    for reason in REASONS:
+        row = []
+        for k, slot in enumerate(slots):
+            where = f"{reason}: slot {slot.name} ({k + 1} of {n}, {slot.type} {slot.kind}"
+            where += f" {slot.shape})" if slot.kind == "dense" else ")"
+            what = {
+                "missing_slot": "the line ends before this slot",
+                "bad_count": "its count is not a non-negative integer",
+                "count_too_large": "its count is larger than the number of tokens left",
+                "non_numeric": ("a value is not an id (digits, below 2**63)" if slot.type ==
+                                "uint64" else "a value is not a finite decimal number"),
+                "dense_size": f"a dense slot of shape {slot.shape} needs a count of {slot.size}",
+                "extra_tokens": "",
+            }[reason]
+            row.append(f"{where}: {what}")
+        row.append(f"{reason}: tokens are left after the last slot ({slots[-1].name})")
+        table.append(row)
+    return table
+
+
+def parse(lines, slots):
+    """Parses a batch of MultiSlot lines with tf ops (vectorized over the batch).
+
+    Args:
+      lines: string tensor ``[B]``.
+      slots: list of ``Slot`` (or ``(name, type, kind[, shape])`` tuples), in line order.
+
+    Returns:
+      ``(features, errors, error_slots)``: ``features`` maps each slot name to int64/float32
+      RaggedTensor ``[B, (n)]`` (sparse) or tensor ``[B, *shape]`` (dense); ``errors`` is int32
+      ``[B]``, 0 for a good line, else ``1 + REASONS.index(reason)``; ``error_slots`` is int32
+      ``[B]``, the index of the slot where the problem was found (``len(slots)`` for
+      ``extra_tokens``). Values of a bad line are unspecified (zeros or partial).
+
+    Raises:
+      TypeError / ValueError: bad ``slots``.
+    """
+    slots = _check_slots(slots)
+    lines = tf.convert_to_tensor(lines, tf.string)
+    tokens = tf.strings.split(lines)                                  # [B, (N)]
+    num_rows = tokens.nrows(out_type=tf.int32)
+    num_tokens = tokens.row_lengths()
+    starts = tokens.row_starts()
+    # Every token is parsed once, as an id and (when a float slot exists) as a float; slots
+    # then only gather. One sentinel token ("", never valid) after the end keeps the gathers
+    # of bad rows in range.
+    flat = tf.concat([tokens.values, [""]], 0)
+    sentinel = tf.size(tokens.values, out_type=tf.int64)
+    parsed = {"uint64": _parse_uint64(flat)}
+    if any(slot.type == "float" for slot in slots):
+        parsed["float"] = _parse_float(flat)
+    id_ok, id_value = parsed["uint64"]
+    pos = tf.zeros_like(num_tokens)
+    errors = tf.zeros([num_rows], tf.int32)
+    error_slots = tf.zeros([num_rows], tf.int32)
+
+    def fail(fires, reason, k):
+        nonlocal errors, error_slots
+        new = tf.logical_and(fires, tf.equal(errors, 0))
+        errors = tf.where(new, _CODE[reason], errors)
+        error_slots = tf.where(new, k, error_slots)
+
+    features = {}
+    for k, slot in enumerate(slots):
+        fail(pos >= num_tokens, "missing_slot", k)
+        at = tf.where(tf.equal(errors, 0), starts + pos, sentinel)
+        count = tf.gather(id_value, at)
+        fail(tf.logical_not(tf.gather(id_ok, at) & (count < _MAX_COUNT)), "bad_count", k)
+        fail(pos + 1 + count > num_tokens, "count_too_large", k)
+        if slot.kind == "dense":
+            fail(tf.not_equal(count, slot.size), "dense_size", k)
+        good = tf.equal(errors, 0)
+        count = tf.where(good, count, 0)
+        first = starts + pos + 1
+        ok, value = parsed[slot.type]
+        if slot.kind == "dense":
+            at = first[:, None] + tf.range(slot.size, dtype=tf.int64)[None, :]     # [B, size]
+            at = tf.where(good[:, None], at, sentinel)
+            fail(tf.logical_not(tf.reduce_all(tf.gather(ok, at), axis=1)), "non_numeric", k)
+            values = tf.reshape(tf.gather(value, at), [num_rows, *slot.shape])
+        else:
+            at = tf.ragged.range(first, first + count)                          # [B, (n)]
+            bad = tf.math.unsorted_segment_max(
+                tf.cast(tf.logical_not(tf.gather(ok, at.values)), tf.int32),
+                at.value_rowids(), num_rows)
+            fail(bad > 0, "non_numeric", k)
+            values = at.with_values(tf.gather(value, at.values))
+        features[slot.name] = values
+        pos = pos + 1 + count
+    fail(tf.not_equal(pos, num_tokens), "extra_tokens", len(slots))
+    return features, errors, error_slots
+
+
+class PipeCommandError(RuntimeError):
+    """A ``pipe_command`` exited with a non-zero status (the message names file and command)."""
+
+
+def _check_argv(pipe_command) -> list[str]:
+    if isinstance(pipe_command, (str, bytes)) or not isinstance(pipe_command, Sequence) or (
+            not pipe_command) or not all(isinstance(a, str) for a in pipe_command):
+        raise TypeError(
+            "pipe_command must be a non-empty argv list of str such as ['sed', 's/a/b/'] (it is "
+            f"run without a shell; use shlex.split for a command line); received {pipe_command!r}")
+    return list(pipe_command)
+
+
+def run_pipe_command(pipe_command: Sequence[str], path: str, out_path: str) -> None:
+    """Runs ``pipe_command`` with ``path``'s bytes on stdin and its stdout into ``out_path``.
+
+    Raises:
+      FileNotFoundError: the command (``pipe_command[0]``) is not found; names file and command.
+      PipeCommandError: the command exits with a non-zero status; names file, command, status
+        and the end of its stderr.
+    """
+    argv = _check_argv(pipe_command)
+    try:
+        with open(path, "rb") as stdin, open(out_path, "wb") as stdout:
+            result = subprocess.run(argv, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
+                                    check=False)
+    except FileNotFoundError as e:
+        if not os.path.exists(path):
+            raise
+        raise FileNotFoundError(f"pipe_command {argv!r} for file {path!r}: command {argv[0]!r} "
+                                f"not found ({e.strerror})") from e
+    except PermissionError as e:
+        raise PipeCommandError(f"pipe_command {argv!r} for file {path!r}: command {argv[0]!r} "
+                               f"cannot be run ({e.strerror})") from e
+    if result.returncode != 0:
+        stderr = result.stderr.decode("utf-8", "replace").strip()[-500:]
+        raise PipeCommandError(f"pipe_command {argv!r} exited with status {result.returncode} "
+                               f"on file {path!r}" + (f": {stderr}" if stderr else ""))
+
+
+def _piped(files, pipe_command, pipe_dir, workers):
+    argv = _check_argv(pipe_command)
+    if shutil.which(argv[0]) is None:
+        raise FileNotFoundError(f"pipe_command {argv!r}: command {argv[0]!r} not found on PATH "
+                                f"(needed for file {files[0]!r})")
+    if pipe_dir is None:
+        pipe_dir = tempfile.mkdtemp(prefix="tfseq_multislot_")
+    os.makedirs(pipe_dir, exist_ok=True)
+    outputs = [os.path.join(pipe_dir, f"{i:05d}_{os.path.basename(f)}.txt")
+               for i, f in enumerate(files)]
+    logging.info("multislot: running pipe_command %s on %d files into %s", argv, len(files),
+                 pipe_dir)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        for future in [pool.submit(run_pipe_command, argv, f, o) for f, o in zip(files, outputs)]:
+            future.result()
+    return outputs
+
+
+def format_line(slots, values: dict) -> str:
+    """One MultiSlot line from ``{slot name: list of values}`` (for writing data sets).
+
+    Raises:
+      ValueError: a slot is missing from ``values`` or a dense slot has the wrong size.
+    """
+    slots = _check_slots(slots)
+    parts = []
+    for slot in slots:
+        if slot.name not in values:
+            raise ValueError(f"format_line: no values for slot {slot.name!r}")
+        vals = list(values[slot.name])
+        if slot.kind == "dense" and len(vals) != slot.size:
+            raise ValueError(f"format_line: dense slot {slot.name!r} needs {slot.size} values; "
+                             f"received {len(vals)}")
+        text = [str(int(v)) if slot.type == "uint64" else repr(float(v)) for v in vals]
+        parts.append(" ".join([str(len(vals))] + text))
+    return " ".join(parts)
+
+
+def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: int | None = None,
+         num_parallel_reads: int | None = None, deterministic: bool | None = None,
+         pipe_command: Sequence[str] | None = None, pipe_dir: str | None = None,
+         compression: str | None = None, parse_batch_size: int = 256) -> tf.data.Dataset:
+    """Dataset of the parsed lines of MultiSlot files.
+
+    Args:
+      patterns: a path or glob, or a list of them (sorted per pattern).
+      slots: list of ``Slot`` (or ``(name, type, kind[, shape])`` tuples), in line order.
+      on_error: ``"raise"``: a malformed line stops iteration with
+        ``tf.errors.InvalidArgumentError`` naming file, line number, slot and reason;
+        ``"drop"``: it is dropped and counted by reason (``REASONS``) in ``counter``.
+      counter: a ``tfseq.DropCounter``: ``seen()["lines_read"]`` counts the lines read and, with
+        ``on_error="drop"``, ``drops()`` the dropped lines by reason (every reason in
+        ``REASONS`` is registered, so it is reported even at 0). Default with ``"drop"``: the
+        process-wide counter; with ``"raise"``: none.
+      batch_size: ``None`` yields one example per line (sparse slots ``[(n)]``, dense slots
+        ``shape``); an int yields batches (sparse: RaggedTensor ``[B, (n)]``; dense
+        ``[B, *shape]``), the last one smaller.
+      num_parallel_reads: files read at once, interleaved line by line (default: all files, at
+        most 16).
+      deterministic: ``None`` follows ``tf.data.Options.deterministic`` (deterministic by
+        default); ``False`` lets files and parse workers deliver out of order for speed, like
+        Paddle's reader threads. Every line is delivered exactly once either way.
+      pipe_command: argv list run per file before reading (see the module docstring).
+      pipe_dir: where piped outputs are written (default: a new temporary directory, kept).
+      compression: ``None`` (gzip when the name ends in ``.gz``), ``"GZIP"`` or ``""``; ignored
+        for piped files, whose output is read as plain text.
+      parse_batch_size: lines parsed per vectorized parse call.
+
+    Returns:
+      ``tf.data.Dataset`` of ``{slot name: tensor}``.
+
+    Raises:
+      FileNotFoundError: a pattern matches nothing, or the pipe command is not found.
+      ValueError: a truncated or corrupt gzip file (checked before the graph runs).
+      PipeCommandError: the pipe command fails on a file.
+      TypeError / ValueError: bad arguments (named in the message).
+    """
+    slots = _check_slots(slots)
+    if on_error not in ("raise", "drop"):
+        raise ValueError(f"on_error must be 'raise' or 'drop'; received on_error={on_error!r}")
+    check_positive_int("batch_size", batch_size, allow_none=True)
+    check_positive_int("num_parallel_reads", num_parallel_reads, allow_none=True)
+    check_positive_int("parse_batch_size", parse_batch_size)
+    if compression not in (None, "", "GZIP"):
+        raise ValueError(f"compression must be None, '' or 'GZIP'; received {compression!r}")
+    if on_error == "drop":
+        counter = resolve_counter(counter)
+    files = resolve_files(patterns)
+    cycle = num_parallel_reads or min(len(files), 16)
+    names = list(files)
+    if pipe_command is not None:
+        files = _piped(files, pipe_command, pipe_dir, cycle)
+        names = [f"{n} (after pipe_command {list(pipe_command)!r})" for n in names]
+        kinds = [""] * len(files)
+    else:
+        kinds = [("GZIP" if f.endswith(".gz") else "") if compression is None else compression
+                 for f in files]
+        for path, kind in zip(files, kinds):
+            if kind == "GZIP":
+                verify_gzip(path)
+
+    lines_read = counter.tally("lines_read") if counter is not None else None
+
+    @tf.autograph.experimental.do_not_convert
+    def read_file(name, path, kind):
+        lines = tf.data.TextLineDataset(path, compression_type=kind)
+        if counter is not None:
+            lines = lines.apply(lines_read)
+        return lines.enumerate(start=1).map(lambda i, line: (name, i, line))
+
+    file_ds = tf.data.Dataset.from_tensor_slices((names, files, kinds))
+    lines = file_ds.interleave(read_file, cycle_length=cycle, block_length=1,
+                               num_parallel_calls=cycle if cycle > 1 else None,
+                               deterministic=deterministic if cycle > 1 else None)
+    details = tf.constant(_detail_table(slots))
+    if on_error == "drop":
+        counter.register(*REASONS)
+    # Raising never changes a chunk's size, so chunks can be the batches themselves.
+    direct = bool(batch_size) and on_error == "raise"
+    chunk = batch_size if direct else parse_batch_size
+
+    @tf.autograph.experimental.do_not_convert
+    def parse_chunk(name, line_number, line):
+        features, errors, error_slots = parse(line, slots)
+        if on_error == "raise":
+            bad = tf.argmax(tf.cast(tf.not_equal(errors, 0), tf.int32), output_type=tf.int32)
+            message = tf.strings.join([
+                "MultiSlot parse error in ", name[bad], " line ",
+                tf.strings.as_string(line_number[bad]), ": ",
+                tf.gather_nd(details, [errors[bad], error_slots[bad]]), ". Line: ",
+                tf.strings.substr(line[bad], 0, 200)])
+            check = tf.debugging.Assert(tf.reduce_all(tf.equal(errors, 0)), [message])
+            with tf.control_dependencies([check]):
+                return tf.nest.map_structure(tf.identity, features)
+        updates = [counter.count(reason, tf.reduce_sum(tf.cast(tf.equal(errors, code), tf.int64)))
+                   for reason, code in _CODE.items()]
+        keep = tf.equal(errors, 0)
+        with tf.control_dependencies(updates):
+            return {k: (tf.ragged.boolean_mask(v, keep) if isinstance(v, tf.RaggedTensor)
+                        else tf.boolean_mask(v, keep)) for k, v in features.items()}
+
+    ds = lines.batch(chunk).map(parse_chunk, num_parallel_calls=tf.data.AUTOTUNE,
+                                deterministic=deterministic)
+    if direct:
+        return ds
+    ds = unbatch_examples(ds)
+    if batch_size:
+        ds = ds.ragged_batch(batch_size)
+    return ds

@@ -1,0 +1,639 @@
+"""Sequence packing: several examples per fixed-length row, with segment ids, positions, resets.
+
+Shapes: B = rows in a batch, T = ``block_length``, S = ``max_segments``.
+
+``pack(block_length, ...)`` concatenates examples into rows of exactly ``block_length`` tokens
+and records where each one begins, so padding nearly vanishes and nothing is cut except by the
+``long_examples`` policy. Per sequence feature ``<name>`` a packed batch holds::
+
+    <name>              [B, T]  the tokens, 0 on padding (the feature's own dtype)
+    <name>_segment_ids  [B, T]  int32, 1-based segment (example) number in its row, 0 on padding
+    <name>_positions    [B, T]  int32, 0-based position within the segment
+    <name>_resets       [B, T]  bool, true on the first token of each example; false on
+                                continuation pieces of a split example and on padding
+
+Worked example, ``pack(10, batch_size=1)`` over ``{"ids": [7, 8, 5, 1]}``,
+``{"ids": [8, 4, 9, 3, 1]}``::
+
+    ids               7  8  5  1  8  4  9  3  1  0
+    ids_segment_ids   1  1  1  1  2  2  2  2  2  0
+    ids_positions     0  1  2  3  0  1  2  3  4  0
+    ids_resets        T  F  F  F  T  F  F  F  F  F
+
+Several sequence features (``"source"`` and ``"target"``) are packed together: each keeps its
+own row (of ``block_length``, or of its own length when ``block_length`` is a dict) and its own
+fill level, and an example goes into a row only if every feature fits, so segment k of the
+source row and segment k of the target row are the same example::
+
+    source              1  2  3  4  5  0        target             11 12 13 14 15 16
+    source_segment_ids  1  1  1  2  2  0        target_segment_ids  1  2  2  2  2  2
+
+Scalar features (``"label"``, ``"weight"``) become ``[B, S]`` per-segment tables: column k-1
+holds the value of segment k of the row, 0 (False, "") where the row has no segment k. Segment
+ids index them directly: ``tf.gather(label, segment_ids - 1, batch_dims=1)`` gives a per-token
+label (mask the padding with ``segment_ids > 0``). ``S`` is ``max_segments`` (default: the
+longest block length); a row never holds more segments than that.
+
+Examples longer than a block (in any feature):
+
+* ``"split"``: cut into consecutive pieces, each its own segment. The first piece ends its row;
+  each further piece starts the row *of the same index in the next batch* (a lane), with
+  ``resets`` false on its first token. An RNN that carries its last state from one batch to
+  the next (``ResettableRNN`` with ``initial_state``) then computes exactly the unsplit run.
+  Positions restart at 0 in each piece. Counted as ``"split"`` (one per example).
+* ``"truncate"``: cut each feature to its block; counted as ``"truncated"``.
+* ``"drop"``: dropped; counted as ``"too_long"``.
+
+Examples with no token in any feature cannot be represented by segment ids; they are dropped
+and counted as ``"empty"``.
+
+How: examples wait in a pool of about ``window`` batches' worth of tokens. When the pool is
+full, one batch of B rows is built: each row takes its carried continuation piece (if any),
+then the pool's examples in arrival order, each placed if it fits (greedy first fit per row, in
+tf ops), so the oldest examples leave first and the input order (its shuffle) is kept up to the
+window. Everything runs in the tf.data graph (``Dataset.scan``); memory is bounded by the pool
+plus one carried piece per lane. Every example is emitted exactly once per epoch; ``unpack``
+turns packed batches back into examples. Batches have B rows, except those built after the input
+ends, which drop their trailing empty rows (a row may stay empty before a row still carrying a
+split example, so that every lane keeps its index).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import numpy as np
+import tensorflow as tf
+
+from tfseq._common import Transform, check_positive_int, require_dict_spec, sequence_keys
+from tfseq.stats import resolve_counter
+
+SEGMENT_IDS_SUFFIX = "_segment_ids"
+POSITIONS_SUFFIX = "_positions"
+RESETS_SUFFIX = "_resets"
+PACKED_SUFFIXES = (SEGMENT_IDS_SUFFIX, POSITIONS_SUFFIX, RESETS_SUFFIX)
+LONG_EXAMPLES = ("split", "truncate", "drop")
+
+# Examples move from the input into the pool this many at a time.
+_GROUP_SIZE = 128
+
+
+def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None,
+         max_tokens: int | None = None, long_examples: str = "split",
+         max_segments: int | None = None, window: int = 4, seed: int | None = None,
+         counter=None) -> Transform:
+    """Transformation that packs examples into batches of fixed-length rows.
+
+    Args:
+      block_length: tokens per row, for every sequence feature; or a dict ``{name: length}``
+        giving each sequence feature its own row length.
+      batch_size: rows per batch. Exactly one of ``batch_size`` and ``max_tokens``.
+      max_tokens: token budget per batch; rows per batch = ``max_tokens // longest block``.
+      long_examples: ``"split"``, ``"truncate"`` or ``"drop"``, for examples longer than the
+        block in any feature (see the module docstring).
+      max_segments: most segments per row, and the width S of the scalar features' tables;
+        default the longest block length (no limit in practice).
+      window: the pool holds at least this many batches' worth of tokens before a batch is
+        built; larger packs tighter and keeps more examples waiting.
+      seed: if given, each group of 128 incoming examples is shuffled (stateless, from this
+        seed and the group's index) before it joins the pool; ``None`` keeps the input order.
+        Shuffle upstream (``Dataset.shuffle``) for a full shuffle.
+      counter: a ``tfseq.DropCounter``: drops ``"empty"`` and (``"drop"``) ``"too_long"``;
+        emitted-but-changed examples are noted in ``counter.seen()`` as ``"split"`` or
+        ``"truncated"``. Default: the process-wide counter.
+
+    Returns:
+      A ``dataset -> dataset`` function. The input holds unbatched dict examples (1-D integer
+      sequence features and scalar features); the output holds packed batches as described
+      in the module docstring, ``[B, T]`` per sequence key and ``[B, S]`` per scalar key, with
+      ``B`` = rows per batch, fewer only in the batches built after the input ends.
+
+    Raises:
+      TypeError: an argument has the wrong type, or the elements are not dicts.
+      ValueError: bad argument values, a feature that is neither a 1-D integer sequence nor a
+        scalar, a dict ``block_length`` whose keys differ from the sequence features, or a
+        dataset that is already packed.
+
+    Example:
+      >>> ds = tf.data.Dataset.from_tensor_slices({"ids": tf.ragged.constant([[7, 8, 5, 1],
+      ...                                                                     [8, 4, 9, 3, 1]])})
+      >>> batch = next(iter(ds.map(lambda e: {"ids": e["ids"]}).apply(pack(10, batch_size=1))))
+      >>> batch["ids_segment_ids"].numpy().tolist()
+      [[1, 1, 1, 1, 2, 2, 2, 2, 2, 0]]
+    """
+    if isinstance(block_length, Mapping):
+        if not block_length:
+            raise ValueError("block_length must not be an empty dict")
+        for key, value in block_length.items():
+            check_positive_int(f"block_length[{key!r}]", value)
+        longest_block = max(block_length.values())
+    else:
+        check_positive_int("block_length", block_length)
+        longest_block = block_length
+    if (batch_size is None) == (max_tokens is None):
+        raise ValueError("Give exactly one of batch_size and max_tokens; received "
+                         f"batch_size={batch_size!r}, max_tokens={max_tokens!r}")
+    check_positive_int("batch_size", batch_size, allow_none=True)
+    check_positive_int("max_tokens", max_tokens, allow_none=True)
+    if long_examples not in LONG_EXAMPLES:
+        raise ValueError(f"long_examples must be one of {LONG_EXAMPLES}; "
+                         f"received long_examples={long_examples!r}")
+    check_positive_int("max_segments", max_segments, allow_none=True)
+    check_positive_int("window", window)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise TypeError(f"seed must be an int or None; received seed={seed!r}")
+    rows = batch_size
+    if max_tokens is not None:
+        rows = max_tokens // longest_block
+        if rows < 1:
+            raise ValueError(f"max_tokens={max_tokens} is smaller than one row of "
+                             f"{longest_block} tokens")
+    segments = max_segments or longest_block
+
+    def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        spec = require_dict_spec(dataset.element_spec, "pack")
+        seq_keys = sequence_keys(spec, "pack")
+        scalar_keys = _check_features(spec, seq_keys)
+        if isinstance(block_length, Mapping):
+            if set(block_length) != set(seq_keys):
+                raise ValueError(f"block_length keys {sorted(block_length)} must be the sequence "
+                                 f"features {sorted(seq_keys)}")
+            blocks = [block_length[k] for k in seq_keys]
+        else:
+            blocks = [block_length] * len(seq_keys)
+        packer = _Packer(seq_keys, blocks, scalar_keys, spec, rows, segments, window,
+                         long_examples, resolve_counter(counter), seed)
+        return packer(dataset)
+
+    return apply
+
+
+def _check_features(spec, seq_keys) -> list[str]:
+    """Returns the scalar keys; raises ValueError on any other kind of feature."""
+    scalar_keys = []
+    for key, s in spec.items():
+        if any(key == k + suffix for k in seq_keys for suffix in PACKED_SUFFIXES):
+            raise ValueError(f"pack found key {key!r}: the dataset looks packed already")
+        if key in seq_keys:
+            continue
+        if not isinstance(s, tf.TensorSpec) or s.shape.rank != 0:
+            raise ValueError(
+                f"pack handles 1-D integer sequence features and scalar features; feature "
+                f"{key!r} has spec {s}. Unbatch the dataset or drop the feature first.")
+        scalar_keys.append(key)
+    return scalar_keys
+
+
+def _gather_spans(values: tf.Tensor, starts: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
+    """Concatenation of ``values[starts[i]:starts[i] + lengths[i]]`` over i (1-D tensors)."""
+    index = tf.ragged.range(starts, starts + lengths)
+    return tf.gather(values, index.flat_values)
+
+
+def _exclusive_cumsum(x: tf.Tensor) -> tf.Tensor:
+    return tf.cumsum(x, axis=0, exclusive=True)
+
+
+class _Packer:
+    """The scan that turns a stream of examples into packed batches (see module docstring).
+
+    State, per sequence feature f (F features): the pool's tokens ``pool_values[f]`` with
+    per-example lengths ``pool_lengths`` ``[P, F]`` and scalar values ``[P]``; and one carried
+    remainder of a split example per lane: ``carry_values[f]``, ``carry_lengths`` ``[B, F]``,
+    carried scalars ``[B]``.
+    """
+
+    def __init__(self, seq_keys, blocks, scalar_keys, spec, rows, segments, window,
+                 long_examples, counter, seed):
+        self.seq_keys = list(seq_keys)
+        self.blocks = list(blocks)
+        self.scalar_keys = list(scalar_keys)
+        self.seq_dtypes = [spec[k].dtype for k in seq_keys]
+        self.scalar_dtypes = [spec[k].dtype for k in scalar_keys]
+        self.rows = rows
+        self.segments = segments
+        self.threshold = window * rows * max(blocks)
+        self.long_examples = long_examples
+        self.seed = seed
+        self.counter = counter
+        self.reason = {"split": "split", "truncate": "truncated", "drop": "too_long"}[long_examples]
+        counter.register("empty")
+        if long_examples == "drop":
+            counter.register(self.reason)
+        pool_spec = tuple(tf.nest.map_structure(
+            lambda shape, dtype: tf.TensorSpec(shape, dtype), self._pool_shapes(),
+            self._pool_dtypes()))
+        carry_spec = tuple(tf.nest.map_structure(
+            lambda shape, dtype: tf.TensorSpec(shape, dtype), self._carry_shapes(),
+            self._pool_dtypes()))
+        # Traced once, whatever the scan's own retracing.
+        self._build = tf.function(self._build_batch, input_signature=(pool_spec, carry_spec),
+                                  autograph=False)
+
+    # ----- the dataset plumbing
+
+    def __call__(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        groups = dataset.ragged_batch(_GROUP_SIZE).enumerate().map(
+            tf.autograph.experimental.do_not_convert(self._flatten_group))
+        last = tf.data.Dataset.from_tensors(self._empty_group())
+
+        def more(*group):
+            return False, group
+
+        def end(*group):
+            return True, group
+
+        def slices(batches, num_rows):
+            return tf.data.Dataset.from_tensor_slices((batches, num_rows))
+
+        plain = tf.autograph.experimental.do_not_convert
+        groups = groups.map(plain(more)).concatenate(last.map(plain(end)))
+        batches = groups.scan(self._initial_state(), plain(self._step))
+        return batches.flat_map(plain(slices)).map(plain(self._trim))
+
+    def _flatten_group(self, index, group):
+        """A ragged batch of examples -> (values, lengths, scalars), long-example policy applied.
+
+        Empty examples are dropped; long ones are counted and dropped, truncated or kept whole
+        (split later), per ``long_examples``; all counted in one update per group.
+        """
+        ragged = [group[k] if isinstance(group[k], tf.RaggedTensor)
+                  else tf.RaggedTensor.from_tensor(group[k]) for k in self.seq_keys]
+        scalars = [group[k] for k in self.scalar_keys]
+        if self.seed is not None:
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(ragged[0].nrows()), seed=tf.stack([tf.constant(self.seed, tf.int64),
+                                                            index]))
+            ragged = [tf.gather(r, order) for r in ragged]
+            scalars = [tf.gather(v, order) for v in scalars]
+        lengths = tf.stack([tf.cast(r.row_lengths(), tf.int32) for r in ragged], 1)
+        empty = tf.reduce_all(lengths == 0, axis=1)
+        is_long = tf.logical_not(empty) & tf.reduce_any(lengths > self.blocks, axis=1)
+        num_long = tf.reduce_sum(tf.cast(is_long, tf.int64))
+        # Dropped long examples are drops; split or truncated ones are still emitted, so they
+        # are noted under seen() and the invariant read == emitted + drops holds.
+        counts = [self.counter.count("empty", tf.reduce_sum(tf.cast(empty, tf.int64))),
+                  self.counter.count(self.reason, num_long) if self.long_examples == "drop"
+                  else self.counter.note(self.reason, num_long)]
+        keep = tf.logical_not(empty)
+        if self.long_examples == "drop":
+            keep &= tf.logical_not(is_long)
+        if self.long_examples == "truncate":
+            ragged = [r[:, :block] for r, block in zip(ragged, self.blocks)]
+        with tf.control_dependencies(counts):
+            keep = tf.identity(keep)
+        ragged = [tf.ragged.boolean_mask(r, keep) for r in ragged]
+        seq = tuple(r.flat_values for r in ragged)
+        lengths = tf.stack([tf.cast(r.row_lengths(), tf.int32) for r in ragged], 1)
+        return seq, lengths, tuple(tf.boolean_mask(v, keep) for v in scalars)
+
+    def _empty_group(self):
+        seq = tuple(tf.zeros([0], d) for d in self.seq_dtypes)
+        lengths = tf.zeros([0, len(self.seq_keys)], tf.int32)
+        scalars = tuple(tf.zeros([0], d) for d in self.scalar_dtypes)
+        return seq, lengths, scalars
+
+    def _initial_state(self):
+        pool = self._empty_group()
+        carry = (tuple(tf.zeros([0], d) for d in self.seq_dtypes),
+                 tf.zeros([self.rows, len(self.seq_keys)], tf.int32),
+                 tuple(tf.zeros([self.rows], d) for d in self.scalar_dtypes))
+        return pool, carry
+
+    def _trim(self, batch, num_rows):
+        return {k: v[:num_rows] for k, v in batch.items()}
+
+    # ----- one scan step: add a group to the pool, emit every batch that is ready
+
+    def _step(self, state, inputs):
+        final, (g_seq, g_lengths, g_scalars) = inputs
+        (p_seq, p_lengths, p_scalars), carry = state
+        pool = (tuple(tf.concat([a, b], 0) for a, b in zip(p_seq, g_seq)),
+                tf.concat([p_lengths, g_lengths], 0),
+                tuple(tf.concat([a, b], 0) for a, b in zip(p_scalars, g_scalars)))
+        out_arrays = {k: tf.TensorArray(dtype, size=0, dynamic_size=True,
+                                        element_shape=shape)
+                      for k, (dtype, shape) in self._batch_signature().items()}
+        rows_array = tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[])
+
+        def ready(pool, carry):
+            pool_tokens = tf.reduce_sum(tf.reduce_max(pool[1], axis=1))
+            pending = tf.logical_or(tf.shape(pool[1])[0] > 0, tf.reduce_any(carry[1] > 0))
+            return tf.logical_or(pool_tokens >= self.threshold,
+                                 tf.logical_and(final, pending))
+
+        def cond(i, pool, carry, out_arrays, rows_array):
+            return ready(pool, carry)
+
+        def body(i, pool, carry, out_arrays, rows_array):
+            batch, num_rows, pool, carry = self._build(pool, carry)
+            out_arrays = {k: out_arrays[k].write(i, v) for k, v in batch.items()}
+            # Before the input ends every batch keeps all B rows, so lanes keep their index.
+            rows_array = rows_array.write(i, tf.where(final, num_rows, self.rows))
+            return i + 1, pool, carry, out_arrays, rows_array
+
+        _, pool, carry, out_arrays, rows_array = tf.while_loop(
+            cond, body, (tf.constant(0), pool, carry, out_arrays, rows_array),
+            shape_invariants=(tf.TensorShape([]), self._pool_shapes(), self._carry_shapes(),
+                              {k: tf.TensorShape(None) for k in out_arrays},
+                              tf.TensorShape(None)))
+        outputs = ({k: a.stack() for k, a in out_arrays.items()}, rows_array.stack())
+        return (pool, carry), outputs
+
+    def _batch_signature(self):
+        sig = {}
+        for key, dtype, block in zip(self.seq_keys, self.seq_dtypes, self.blocks):
+            sig[key] = (dtype, [self.rows, block])
+            sig[key + SEGMENT_IDS_SUFFIX] = (tf.int32, [self.rows, block])
+            sig[key + POSITIONS_SUFFIX] = (tf.int32, [self.rows, block])
+            sig[key + RESETS_SUFFIX] = (tf.bool, [self.rows, block])
+        for key, dtype in zip(self.scalar_keys, self.scalar_dtypes):
+            sig[key] = (dtype, [self.rows, self.segments])
+        return sig
+
+    def _pool_dtypes(self):
+        return (tuple(self.seq_dtypes), tf.int32, tuple(self.scalar_dtypes))
+
+    def _pool_shapes(self):
+        num = len(self.seq_keys)
+        return (tuple(tf.TensorShape([None]) for _ in range(num)), tf.TensorShape([None, num]),
+                tuple(tf.TensorShape([None]) for _ in self.scalar_keys))
+
+    def _carry_shapes(self):
+        num = len(self.seq_keys)
+        return (tuple(tf.TensorShape([None]) for _ in range(num)),
+                tf.TensorShape([self.rows, num]),
+                tuple(tf.TensorShape([self.rows]) for _ in self.scalar_keys))
+
+    # ----- one batch
+
+    def _assign(self, lengths, carry_lengths):
+        """Places pool examples into the B rows of one batch.
+
+        First, rows take the oldest examples in order, one row after the other (a long example
+        in split mode ends its row with its first piece); a row gives its last example back
+        when it would leave a gap shorter than any example. Then the gaps are filled by best
+        fit (the largest example that leaves no gap or a fillable one) from the rest; a row
+        that no example fits whole starts the oldest long example that can start there.
+
+        Args:
+          lengths: int32 ``[P, F]``, the pool examples' lengths, oldest first.
+          carry_lengths: int32 ``[B, F]``, what each row still carries of a split example.
+
+        Returns:
+          Per pool example: row ``[P]`` (-1 if it stays in the pool), segment id ``[P]``,
+          start offset ``[P, F]`` and tokens taken ``[P, F]`` (less than its length for the
+          first piece of a split example); and per row the carried piece ``[B, F]``.
+        """
+        blocks = tf.constant(self.blocks, tf.int32)
+        num_pool = tf.shape(lengths)[0]
+        index = tf.range(num_pool)
+        is_long = tf.reduce_any(lengths > blocks, axis=1)
+        short = tf.logical_not(is_long)
+        smallest = tf.reduce_min(tf.where(short[:, None], lengths, tf.int32.max), axis=0)
+        carry_piece = tf.minimum(carry_lengths, blocks)
+        nseg0 = tf.cast(tf.reduce_any(carry_lengths > 0, axis=1), tf.int32)
+        closed0 = tf.reduce_any(carry_lengths > carry_piece, axis=1)
+        ends = tf.cumsum(lengths, axis=0)
+        starts = tf.concat([ends - lengths, tf.reduce_sum(lengths, 0, keepdims=True)], 0)
+        longs_end = tf.cumsum(tf.cast(is_long, tf.int32))
+        longs_start = tf.concat([longs_end - tf.cast(is_long, tf.int32),
+                                 tf.reduce_sum(tf.cast(is_long, tf.int32), keepdims=True)], 0)
+
+        # 1. Rows take consecutive runs of the oldest examples.
+        lengths_pad = tf.concat([lengths, tf.zeros([1, len(self.blocks)], tf.int32)], 0)
+        long_pad = tf.concat([is_long, [False]], 0)
+        def row_run(r, p, outs):
+            is_open = tf.logical_not(closed0[r])
+            gap = blocks - carry_piece[r]
+            base = starts[p]
+            ok = ((index >= p) & tf.reduce_all(ends - base <= gap, axis=1)
+                  & (longs_end == longs_start[p]) & (index - p < self.segments - nseg0[r])
+                  & is_open)
+            num = tf.reduce_sum(tf.cast(ok, tf.int32))
+            left = gap - (starts[p + num] - base)
+            give_back = ((num > 0) & tf.reduce_any((left > 0) & (left < smallest))
+                         & tf.logical_not(long_pad[p + num]))
+            num -= tf.cast(give_back, tf.int32)
+            q = p + num
+            left = gap - (starts[q] - base)
+            long_here = (is_open & long_pad[q]
+                         & tf.reduce_all((lengths_pad[q] == 0) | (left > 0))
+                         & (nseg0[r] + num < self.segments))
+            take = tf.where(long_here, tf.minimum(lengths_pad[q], left), 0)
+            outs = (outs[0].write(r, p), outs[1].write(r, q),
+                    outs[2].write(r, tf.where(long_here, q, -1)),
+                    outs[3].write(r, blocks - left), outs[4].write(r, take))
+            return r + 1, q + tf.cast(long_here, tf.int32), outs
+
+        arrays = tuple(tf.TensorArray(tf.int32, size=self.rows) for _ in range(5))
+        _, _, arrays = tf.while_loop(lambda r, p, outs: r < self.rows, row_run,
+                                     (tf.constant(0), tf.constant(0), arrays))
+        run_start, run_end, long_at, fill, long_take = (a.stack() for a in arrays)
+
+        runs = tf.ragged.range(run_start, run_end)
+        items = runs.flat_values
+        item_rows = tf.cast(runs.value_rowids(), tf.int32)
+        item_starts = (tf.gather(carry_piece, item_rows) + tf.gather(starts, items)
+                       - tf.gather(starts, tf.gather(run_start, item_rows)))
+        num_run = run_end - run_start
+        has_long = long_at >= 0
+        long_rows = tf.cast(tf.where(has_long)[:, 0], tf.int32)
+        long_items = tf.gather(long_at, long_rows)
+        all_items = tf.concat([items, long_items], 0)[:, None]
+        row_of = tf.scatter_nd(all_items, tf.concat([item_rows, long_rows], 0) + 1,
+                               [num_pool]) - 1
+        seg_of = tf.scatter_nd(all_items, tf.concat(
+            [tf.gather(nseg0, item_rows) + items - tf.gather(run_start, item_rows) + 1,
+             tf.gather(nseg0 + num_run + 1, long_rows)], 0), [num_pool])
+        shape = tf.shape(lengths)
+        start_of = tf.scatter_nd(all_items, tf.concat(
+            [item_starts, tf.gather(fill, long_rows)], 0), shape)
+        take_of = tf.scatter_nd(all_items, tf.concat(
+            [tf.gather(lengths, items), tf.gather(long_take, long_rows)], 0), shape)
+        fill = fill + long_take
+        nseg = nseg0 + num_run + tf.cast(has_long, tf.int32)
+        row_open = tf.logical_not(closed0 | has_long)
+
+        # 2. Best fit into the gaps: each row proposes one example per round, lowest row wins.
+        size = tf.reduce_sum(lengths, axis=1)
+        rows = tf.range(self.rows)
+
+        def fill_gaps(placed_any, row_of, seg_of, start_of, take_of, fill, nseg, row_open):
+            gap = blocks - fill
+            unplaced = row_of < 0
+            can_take = (row_open & (nseg < self.segments))[:, None]
+            fits = (can_take & (unplaced & short)[None, :]
+                    & tf.reduce_all(lengths[None] <= gap[:, None], axis=2))
+            left = gap[:, None] - lengths[None]
+            clean = fits & tf.reduce_all((left == 0) | (left >= smallest), axis=2)
+            candidates = tf.where(tf.reduce_any(clean, axis=1, keepdims=True), clean, fits)
+            # A row that no short example fits starts the oldest long one that can start.
+            starts_long = (can_take & (unplaced & is_long)[None, :]
+                           & tf.reduce_all((lengths[None] == 0) | (gap[:, None] > 0), axis=2))
+            no_short = tf.logical_not(tf.reduce_any(fits, axis=1, keepdims=True))
+            oldest = tf.cast(num_pool - index, tf.int32)[None, :]
+            score = tf.where(candidates, size[None], tf.where(starts_long & no_short, oldest, -1))
+            score = tf.concat([score, tf.fill([self.rows, 1], -1)], 1)
+            choice = tf.argmax(score, axis=1, output_type=tf.int32)
+            wants = tf.reduce_max(score, axis=1) >= 0
+            claim = tf.where(wants, choice, num_pool)
+            winner = tf.math.unsorted_segment_min(rows, claim, num_pool + 1)
+            won = wants & (tf.gather(winner, claim) == rows)
+            won_rows = tf.cast(tf.where(won)[:, 0], tf.int32)
+            won_items = tf.gather(choice, won_rows)[:, None]
+            take = tf.minimum(tf.gather(lengths, won_items[:, 0]), tf.gather(gap, won_rows))
+            row_of = tf.tensor_scatter_nd_update(row_of, won_items, won_rows)
+            seg_of = tf.tensor_scatter_nd_update(seg_of, won_items,
+                                                 tf.gather(nseg, won_rows) + 1)
+            start_of = tf.tensor_scatter_nd_update(start_of, won_items,
+                                                   tf.gather(fill, won_rows))
+            take_of = tf.tensor_scatter_nd_update(take_of, won_items, take)
+            fill = tf.tensor_scatter_nd_add(fill, won_rows[:, None], take)
+            nseg = tf.tensor_scatter_nd_add(nseg, won_rows[:, None], tf.ones_like(won_rows))
+            closes = tf.gather(is_long, won_items[:, 0])
+            row_open = tf.tensor_scatter_nd_update(row_open, won_rows[:, None],
+                                                   tf.logical_not(closes))
+            return (tf.reduce_any(won), row_of, seg_of, start_of, take_of, fill, nseg,
+                    row_open)
+
+        _, row_of, seg_of, start_of, take_of, _, _, _ = tf.while_loop(
+            lambda placed_any, *_: placed_any, fill_gaps,
+            (num_pool > 0, row_of, seg_of, start_of, take_of, fill, nseg, row_open))
+        return row_of, seg_of, start_of, take_of, carry_piece
+
+    def _build_batch(self, pool, carry):
+        (p_seq, p_lengths, p_scalars), (c_seq, c_lengths, c_scalars) = pool, carry
+        row_of, seg_of, start_of, take_of, carry_piece = self._assign(p_lengths, c_lengths)
+        placed = row_of >= 0
+        lanes = tf.range(self.rows)
+        has_carry = tf.reduce_any(c_lengths > 0, axis=1)
+
+        # Pieces: the placed pool examples, then the carried pieces (segment 1 of their row).
+        pool_idx = tf.where(placed)[:, 0]
+        lane_idx = tf.where(has_carry)[:, 0]
+        piece_row = tf.concat([tf.gather(row_of, pool_idx), tf.gather(lanes, lane_idx)], 0)
+        piece_seg = tf.concat([tf.gather(seg_of, pool_idx), tf.ones_like(lane_idx, tf.int32)], 0)
+        piece_start = tf.concat([tf.gather(start_of, pool_idx),
+                                 tf.zeros([tf.size(lane_idx), len(self.seq_keys)], tf.int32)], 0)
+        piece_take = tf.concat([tf.gather(take_of, pool_idx), tf.gather(carry_piece, lane_idx)],
+                               0)
+        piece_cont = tf.concat([tf.zeros_like(pool_idx, tf.bool),
+                                tf.ones_like(lane_idx, tf.bool)], 0)
+
+        p_starts = _exclusive_cumsum(p_lengths)
+        c_starts = _exclusive_cumsum(c_lengths)
+        batch = {}
+        for f, key in enumerate(self.seq_keys):
+            values = tf.concat([p_seq[f], c_seq[f]], 0)
+            offset = tf.shape(p_seq[f])[0]
+            src = tf.concat([tf.gather(p_starts[:, f], pool_idx),
+                             offset + tf.gather(c_starts[:, f], lane_idx)], 0)
+            take = piece_take[:, f]
+            within = tf.ragged.range(take)
+            piece = within.value_rowids()
+            pos = within.flat_values
+            index = tf.stack([tf.gather(piece_row, piece),
+                              tf.gather(piece_start[:, f], piece) + pos], 1)
+            shape = [self.rows, self.blocks[f]]
+            tokens = tf.gather(values, tf.gather(src, piece) + pos)
+            resets = tf.logical_and(pos == 0, tf.logical_not(tf.gather(piece_cont, piece)))
+            batch[key] = tf.scatter_nd(index, tokens, shape)
+            batch[key + SEGMENT_IDS_SUFFIX] = tf.scatter_nd(index, tf.gather(piece_seg, piece),
+                                                            shape)
+            batch[key + POSITIONS_SUFFIX] = tf.scatter_nd(index, pos, shape)
+            batch[key + RESETS_SUFFIX] = tf.scatter_nd(index, tf.cast(resets, tf.int32),
+                                                       shape) > 0
+        seg_index = tf.stack([piece_row, piece_seg - 1], 1)
+        for s, key in enumerate(self.scalar_keys):
+            values = tf.concat([tf.gather(p_scalars[s], pool_idx),
+                                tf.gather(c_scalars[s], lane_idx)], 0)
+            empty = tf.zeros([self.rows, self.segments], self.scalar_dtypes[s])
+            batch[key] = tf.tensor_scatter_nd_update(empty, seg_index, values)
+        num_rows = tf.reduce_max(tf.concat([piece_row, [-1]], 0)) + 1
+
+        # New carries: the rest of a carried piece, or of a split example started here.
+        started = placed & tf.reduce_any(take_of < p_lengths, axis=1)
+        start_idx = tf.where(started)[:, 0]
+        start_rows = tf.gather(row_of, start_idx)[:, None]
+        new_len = tf.tensor_scatter_nd_update(
+            c_lengths - carry_piece, start_rows,
+            tf.gather(p_lengths - take_of, start_idx))
+        new_carry_seq = []
+        for f in range(len(self.seq_keys)):
+            values = tf.concat([p_seq[f], c_seq[f]], 0)
+            offset = tf.shape(p_seq[f])[0]
+            src = tf.tensor_scatter_nd_update(
+                offset + c_starts[:, f] + carry_piece[:, f], start_rows,
+                tf.gather(p_starts[:, f] + take_of[:, f], start_idx))
+            new_carry_seq.append(_gather_spans(values, src, new_len[:, f]))
+        new_carry_scalars = [
+            tf.tensor_scatter_nd_update(c, start_rows, tf.gather(p, start_idx))
+            for p, c in zip(p_scalars, c_scalars)]
+
+        # The pool keeps what was not placed.
+        keep = tf.logical_not(placed)
+        keep_idx = tf.where(keep)[:, 0]
+        kept_lengths = tf.gather(p_lengths, keep_idx)
+        new_pool_seq = tuple(
+            _gather_spans(p_seq[f], tf.gather(p_starts[:, f], keep_idx), kept_lengths[:, f])
+            for f in range(len(self.seq_keys)))
+        new_pool_scalars = tuple(tf.gather(v, keep_idx) for v in p_scalars)
+        return (batch, num_rows, (new_pool_seq, kept_lengths, new_pool_scalars),
+                (tuple(new_carry_seq), new_len, tuple(new_carry_scalars)))
+
+
+def _python(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def unpack(batches: Iterable[Mapping[str, object]]) -> list[dict]:
+    """Turns packed batches back into examples, joining the pieces of split examples.
+
+    Python and numpy, for tests and inspection (not for the input pipeline).
+
+    Args:
+      batches: the packed batches in order, e.g. ``list(packed_dataset)`` (tensors or numpy).
+
+    Returns:
+      The examples in the order they complete: dicts with a list of ints per sequence feature
+      and a Python value per scalar feature.
+    """
+    done: list[dict] = []
+    open_examples: dict[int, dict] = {}
+    for batch in batches:
+        batch = {k: np.asarray(v) for k, v in batch.items()}
+        seq_keys = [k[:-len(SEGMENT_IDS_SUFFIX)] for k in batch
+                    if k.endswith(SEGMENT_IDS_SUFFIX) and k[:-len(SEGMENT_IDS_SUFFIX)] in batch]
+        derived = {k + s for k in seq_keys for s in PACKED_SUFFIXES}
+        scalar_keys = [k for k in batch if k not in seq_keys and k not in derived]
+        num_rows = batch[seq_keys[0]].shape[0]
+        for lane in list(open_examples):
+            if lane >= num_rows:
+                done.append(open_examples.pop(lane))
+        for r in range(num_rows):
+            seg = {k: batch[k + SEGMENT_IDS_SUFFIX][r] for k in seq_keys}
+            last = max(int(s.max()) for s in seg.values())
+            ids = sorted({int(i) for s in seg.values() for i in s if i > 0})
+            for s in ids:
+                piece = {k: batch[k][r][seg[k] == s].tolist() for k in seq_keys}
+                continues = s == 1 and any(
+                    not batch[k + RESETS_SUFFIX][r][seg[k] == s][0]
+                    for k in seq_keys if piece[k])
+                if continues and r in open_examples:
+                    example = open_examples.pop(r)
+                    for k in seq_keys:
+                        example[k] += piece[k]
+                else:
+                    if s == ids[0] and r in open_examples:
+                        done.append(open_examples.pop(r))
+                    example = dict(piece)
+                    example.update({k: _python(batch[k][r][s - 1]) for k in scalar_keys})
+                if s == last:
+                    open_examples[r] = example
+                else:
+                    done.append(example)
+            if not ids and r in open_examples:
+                done.append(open_examples.pop(r))
+    done.extend(open_examples[lane] for lane in sorted(open_examples))
+    return done
