@@ -12,8 +12,9 @@ Two ways to see the text (``mode``):
   Long documents: ``join_chapters`` writes the corpus with one chapter per line.
 
 Lines are ``book<TAB>chapter<TAB>verse<TAB>text`` (``text_field=3``) or plain text
-(``text_field=None``). A line is held out for evaluation when a hash of it falls in the first
-``eval_percent`` of 100 buckets.
+(``text_field=None``). A line is held out for evaluation when a hash of its key (the fields
+before the text, ``book chapter verse``, as in ``pipelines.lm``; the line itself for plain text)
+falls in the first ``eval_percent`` of 100 buckets.
 
 Element spec (train and eval, B = ``batch_size``, C = ``tbptt``; eval is always chunked, with
 C = ``tbptt or eval_chunk_length``, so its perplexity is the exact whole-text one)::
@@ -38,6 +39,7 @@ import gzip
 import tensorflow as tf
 
 import tfseq
+from pipelines import verses
 from tfseq._common import identity
 from tfseq.tbptt import CHUNK_INDEX, RESETS, tbptt_chunks, tbptt_stream
 
@@ -88,15 +90,17 @@ def text(config: Config, split: str, counter: tfseq.DropCounter) -> tf.data.Data
 
     def parse(line):
         if config.text_field is None:
-            return {"line": line, "text": line, "ok": tf.constant(True)}
+            return {"key": line, "text": line, "ok": tf.constant(True)}
         fields = tf.strings.split(line, "\t")
         ok = tf.size(fields) > config.text_field
         index = tf.minimum(config.text_field, tf.maximum(tf.size(fields) - 1, 0))
         text = tf.where(ok, tf.gather(tf.concat([fields, [""]], 0), index), "")
-        return {"line": line, "text": text, "ok": ok}
+        key = (tf.strings.reduce_join(fields[:config.text_field], separator=" ")
+               if config.text_field > 0 else line)
+        return {"key": key, "text": text, "ok": ok}
 
     def keep(example):
-        in_eval = tf.strings.to_hash_bucket_fast(example["line"], 100) < config.eval_percent
+        in_eval = verses.in_eval_split(example["key"], config.eval_percent)
         return counter.keep_if({"malformed": tf.logical_not(example["ok"]),
                                 "other_split": tf.not_equal(in_eval, want_eval)})
 
