@@ -29,6 +29,7 @@ from tfseq.distribute import mirrored_strategy, to_replicas, use_data_service
 from tfseq.splitting import prefetch_to_device, split_batch
 
 # --- tbptt
+from tfseq.tbptt import assert_chunks_in_order, tbptt_chunks, tbptt_stream
 
 # --- lod and multislot
 from tfseq import lod
