@@ -25,7 +25,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
 
-BENCHES := batching training pipeline splitting attention
+BENCHES := batching training packing pipeline splitting attention tbptt
 
 bench: $(STAMP)
 	mkdir -p bench_out

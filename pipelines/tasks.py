@@ -14,6 +14,7 @@ TASKS = {
     "translate": ("pipelines.translate", "models.translate"),
     "documents": ("pipelines.documents", "models.hierarchical"),
     "ctr": ("pipelines.ctr", "models.ctr"),
+    "lm_tbptt": ("pipelines.lm_tbptt", "models.stateful_lm"),  # --task=lm --tbptt=N
 }
 
 

@@ -141,7 +141,8 @@ def main(argv):
     if FLAGS.verbose < 2:  # keep the progress bar and the report readable
         logging.set_verbosity(logging.WARNING)
         tf.get_logger().setLevel("WARNING")
-    pipeline, model_module = tasks.load(FLAGS.task)
+    task = "lm_tbptt" if FLAGS.task == "lm" and FLAGS["tbptt"].present else FLAGS.task
+    pipeline, model_module = tasks.load(task)
     config = build_config(pipeline)
     distributed = FLAGS.num_replicas > 1 or FLAGS.data_service
     if distributed and not hasattr(pipeline, "replica_dataset_fn"):
