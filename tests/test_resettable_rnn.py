@@ -27,7 +27,7 @@ def packed_batches(data, block=BLOCK, rows=ROWS):
     counter = tfseq.DropCounter()
     batches = [{k: v.numpy() for k, v in b.items()}
                for b in ds.apply(tfseq.pack(block, batch_size=rows, counter=counter))]
-    return batches, counter.drops()["split"]
+    return batches, counter.seen()["split"]
 
 
 @pytest.mark.parametrize("kind", sorted(CELLS))
