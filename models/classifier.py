@@ -55,10 +55,10 @@ def build_packed_model(config, info, model_config: ModelConfig = ModelConfig()) 
     """
     ids = keras.Input(shape=(None,), dtype="int32", name="ids")
     segment_ids = keras.Input(shape=(None,), dtype="int32", name="ids_segment_ids")
-    resets = keras.Input(shape=(None,), dtype="bool", name="ids_resets")
+    resets = keras.Input(shape=(None,), dtype="int32", name="ids_resets")  # 1 at segment starts
     x = keras.layers.Embedding(info["vocab"].size, model_config.embedding_dim)(ids)
     x = ResettableRNN(keras.layers.GRUCell(2 * model_config.hidden_dim))(
-        x, resets, mask=keras.ops.greater(segment_ids, 0))
+        x, keras.ops.greater(resets, 0), mask=keras.ops.greater(segment_ids, 0))
     x = keras.layers.Dropout(model_config.dropout)(x)
     x = SegmentMean(config.max_segments, name="segment_mean")(x, segment_ids)
     logits = keras.layers.Dense(info["num_classes"], dtype="float32", name="logits")(x)

@@ -11,7 +11,7 @@ Element spec of both datasets (``batching="pad"`` or ``"bucket"``)::
 
 With ``batching="pack"`` the features are packed rows (see ``tfseq.pack``)::
 
-    ({"ids": int32 [B, L], "ids_segment_ids": int32 [B, L], "ids_resets": bool [B, L]},
+    ({"ids": int32 [B, L], "ids_segment_ids": int32 [B, L], "ids_resets": int32 [B, L] (0/1)},
      label int32 [B, S], weight float32 [B, S])
 
 one label per segment (verse), weight 0 on the label table's empty columns.
@@ -148,10 +148,15 @@ def replica_dataset_fn(config: Config, info: dict, num_replicas: int,
                                      batch_size=config.batch_size * n)
         return lambda ds: batch(ds, scaled, training=split == "train")
 
+    def to_keras(part):
+        if config.batching == "pack":  # per-segment weights, times the row's (dummy: 0) weight
+            features, labels, weights = packed_to_keras(part)
+            return features, labels, weights * part["weight"][:, None]
+        return {"ids": part["ids"]}, part["label"], part["weight"]
+
     return tfseq.replica_dataset_fn(
         make_dataset, batch_fn, balance="tokens",
-        data_service=data_service if split == "train" else None,
-        map_fn=lambda p: ({"ids": p["ids"]}, p["label"], p["weight"]))
+        data_service=data_service if split == "train" else None, map_fn=to_keras)
 
 
 def datasets(config: Config = Config(), counters: dict | None = None):
@@ -197,8 +202,10 @@ def packed_to_keras(batch):
     segment_ids = batch["ids_segment_ids"]
     num_segments = tf.shape(batch["label"])[1]
     present = tf.range(num_segments)[None, :] < tf.reduce_max(segment_ids, axis=1)[:, None]
+    # Resets as int32: Keras sums a first batch across replicas to build a model, and bool
+    # tensors cannot be summed.
     features = {"ids": batch["ids"], "ids_segment_ids": segment_ids,
-                "ids_resets": batch["ids_resets"]}
+                "ids_resets": tf.cast(batch["ids_resets"], tf.int32)}
     return features, batch["label"], tf.cast(present, tf.float32)
 
 

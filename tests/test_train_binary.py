@@ -75,9 +75,12 @@ def test_short_run_report_flagfile_and_resume(tmp_path, tiny_corpus):
 
 
 @pytest.mark.slow
-def test_two_replicas_train_an_epoch_with_bucketed_split_batches(tmp_path, tiny_corpus):
+@pytest.mark.parametrize("batching", ["bucket", "pack"])
+def test_two_replicas_train_an_epoch_with_split_batches(tmp_path, tiny_corpus, batching):
     run = tmp_path / "replicas"
-    out = train(f"--files={tiny_corpus}", "--num_replicas=2", "--epochs=1", "--max_tokens=64", "--max_length=16",
+    out = train(f"--files={tiny_corpus}", "--num_replicas=2", "--epochs=1", "--max_tokens=64",
+                "--max_length=16", f"--batching={batching}",
+                *(["--block_length=16"] if batching == "pack" else []),
                 f"--model_dir={run}", "--verbose=0")
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((run / "report.json").read_text())
