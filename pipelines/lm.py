@@ -80,14 +80,6 @@ def build_vocab(config: Config) -> tfseq.Vocab:
                              max_size=config.max_vocab)
 
 
-def _batch(ds: tf.data.Dataset, config: Config, *, training: bool) -> tf.data.Dataset:
-    if config.batching == "pad":
-        return ds.apply(tfseq.pad_batch(config.batch_size))
-    return ds.apply(tfseq.bucket_by_length(
-        max_tokens=config.max_tokens, max_length=config.max_length + 2,
-        seed=config.seed if training else None))
-
-
 def datasets(config: Config = Config(), counters: dict | None = None):
     """Builds the train and eval datasets for ``model.fit``.
 
@@ -117,7 +109,7 @@ def datasets(config: Config = Config(), counters: dict | None = None):
         ds = ds.cache()
         if training:
             ds = ds.shuffle(config.shuffle_buffer, seed=config.seed, reshuffle_each_iteration=True)
-        ds = _batch(ds, config, training=training)
+        ds = verses.batch(ds, config, training=training)
         ds = ds.apply(stats[split].track(["ids"]))
 
         def to_model(batch):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+import tfseq
+
 
 def parse(line: tf.Tensor) -> dict[str, tf.Tensor]:
     """One ``tf.string`` line -> ``{"key": "book chapter verse", "text", "ok"}``.
@@ -46,3 +48,13 @@ def shift_targets(ids: tf.Tensor, lengths: tf.Tensor):
     """
     targets = ids[:, 1:]
     return ids[:, :-1], lengths - 1, targets, tf.cast(tf.not_equal(targets, 0), tf.float32)
+
+
+def batch(ds: tf.data.Dataset, config, *, training: bool) -> tf.data.Dataset:
+    """``config.batching``: ``"pad"`` (``config.batch_size``) or ``"bucket"`` under
+    ``config.max_tokens``; lengths may exceed ``config.max_length`` by the 2 BOS/EOS ids."""
+    if config.batching == "pad":
+        return ds.apply(tfseq.pad_batch(config.batch_size))
+    return ds.apply(tfseq.bucket_by_length(
+        max_tokens=config.max_tokens, max_length=config.max_length + 2,
+        seed=config.seed if training else None))
