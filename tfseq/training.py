@@ -187,8 +187,9 @@ class Trainer:
                         self.on_step(int(self.global_step.numpy()), logs)
                     if self.checkpoint_every and int(self.global_step.numpy()) % self.checkpoint_every == 0:
                         self.save()
-                if verbose:
-                    bar.update(int(self.step_in_epoch.numpy()), list(logs.items()), finalize=True)
+                steps = int(self.step_in_epoch.numpy())
+                if verbose and steps != target:  # Progbar finalizes itself on reaching target
+                    bar.update(steps, list(logs.items()), finalize=True)
                 record = {"epoch": epoch + 1, **logs}
                 if eval_fn:
                     eval_start = time.perf_counter()
