@@ -151,14 +151,14 @@ def main(argv):
                                  t for t in sorted(tasks.TASKS)
                                  if hasattr(tasks.load(t)[0], "replica_dataset_fn")) + ")")
     save_run_files(FLAGS.model_dir, sys.argv)
+    if FLAGS.mixed_precision:  # configuration only: no TensorFlow op runs here
+        keras.mixed_precision.set_global_policy("mixed_float16")
     if distributed:
         # Before any other TensorFlow op: logical CPU devices must be set up first.
         import tfseq
 
         return train_replicas(pipeline, model_module, config,
                               tfseq.mirrored_strategy(FLAGS.num_replicas))
-    if FLAGS.mixed_precision:
-        keras.mixed_precision.set_global_policy("mixed_float16")
     logging.info("config: %s", config)
 
     train_ds, eval_ds, info = pipeline.datasets(config)
