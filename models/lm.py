@@ -12,9 +12,10 @@ import dataclasses
 
 import keras
 
-from tfseq.layers import RaggedRNN
+from tfseq.layers import RaggedRNN, ResettableRNN
 
 CELLS = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}
+PACKED_CELLS = {"gru": keras.layers.GRUCell, "lstm": keras.layers.LSTMCell}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,13 +37,23 @@ def build_model(config, info, model_config: ModelConfig = ModelConfig()) -> kera
         raise ValueError(f"Unknown cell {model_config.cell!r}; expected one of {sorted(CELLS)}")
     vocab_size = info["vocab"].size
     ids = keras.Input(shape=(None,), dtype="int32", name="ids")
-    lengths = keras.Input(shape=(), dtype="int32", name="ids_length")
     x = keras.layers.Embedding(vocab_size, model_config.embedding_dim, name="embedding")(ids)
-    rnn = CELLS[model_config.cell](model_config.hidden_dim, return_sequences=True)
-    x = RaggedRNN(rnn, name="rnn")(x, lengths=lengths)
+    if getattr(config, "batching", None) == "pack":
+        # Packed rows: the state is reset at every segment start, padding keeps it.
+        segment_ids = keras.Input(shape=(None,), dtype="int32", name="ids_segment_ids")
+        resets = keras.Input(shape=(None,), dtype="int32", name="ids_resets")
+        inputs = {"ids": ids, "ids_segment_ids": segment_ids, "ids_resets": resets}
+        cell = PACKED_CELLS[model_config.cell](model_config.hidden_dim)
+        x = ResettableRNN(cell, name="rnn")(x, keras.ops.greater(resets, 0),
+                                            mask=keras.ops.greater(segment_ids, 0))
+    else:
+        lengths = keras.Input(shape=(), dtype="int32", name="ids_length")
+        inputs = {"ids": ids, "ids_length": lengths}
+        rnn = CELLS[model_config.cell](model_config.hidden_dim, return_sequences=True)
+        x = RaggedRNN(rnn, name="rnn")(x, lengths=lengths)
     x = keras.layers.Dropout(model_config.dropout)(x)
     logits = keras.layers.Dense(vocab_size, dtype="float32", name="logits")(x)
-    model = keras.Model({"ids": ids, "ids_length": lengths}, logits, name="language_model")
+    model = keras.Model(inputs, logits, name="language_model")
     model.compile(
         optimizer=keras.optimizers.Adam(model_config.learning_rate, clipnorm=1.0),
         loss=keras.losses.SparseCategoricalCrossentropy(

@@ -23,7 +23,7 @@ import tensorflow as tf
 import tfseq
 from pipelines import verses
 
-BATCHING_MODES = ("pad", "bucket")
+BATCHING_MODES = ("pad", "bucket", "pack")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +39,8 @@ class Config:
     max_length: int = 48                   # tokens, not counting <s> and </s>
     batching: str = "pad"
     batch_size: int = 32                   # for batching="pad"
-    max_tokens: int = 2048                 # budget for batching="bucket"
+    max_tokens: int = 2048                 # budget for batching="bucket" / "pack"
+    block_length: int = 128                # row length for batching="pack"
     eval_percent: int = 5
     shuffle_buffer: int = 10000
     seed: int = 0
@@ -80,6 +81,15 @@ def build_vocab(config: Config) -> tfseq.Vocab:
                              max_size=config.max_vocab)
 
 
+def packed_to_model(batch):
+    """A packed batch -> ``({"ids", "ids_segment_ids", "ids_resets" (int32 0/1)}, targets,
+    weights)``, all ``[B, L]``: next-token targets that never cross a segment boundary
+    (``tfseq.lm_targets``)."""
+    features, targets, weights = tfseq.lm_targets(batch)
+    return ({"ids": features["ids"], "ids_segment_ids": features["ids_segment_ids"],
+             "ids_resets": tf.cast(features["ids_resets"], tf.int32)}, targets, weights)
+
+
 def datasets(config: Config = Config(), counters: dict | None = None):
     """Builds the train and eval datasets for ``model.fit``.
 
@@ -109,6 +119,12 @@ def datasets(config: Config = Config(), counters: dict | None = None):
         ds = ds.cache()
         if training:
             ds = ds.shuffle(config.shuffle_buffer, seed=config.seed, reshuffle_each_iteration=True)
+        if config.batching == "pack":
+            ds = ds.apply(tfseq.pack(config.block_length, max_tokens=config.max_tokens,
+                                     seed=config.seed if training else None, counter=counter))
+            out[split] = (ds.apply(stats[split].track(["ids"])).map(packed_to_model)
+                          .prefetch(tf.data.AUTOTUNE))
+            continue
         ds = verses.batch(ds, config, training=training)
         ds = ds.apply(stats[split].track(["ids"]))
 

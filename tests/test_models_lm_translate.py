@@ -77,7 +77,7 @@ def test_translate_datasets_element_spec():
 
 def test_unknown_batching_raises():
     with pytest.raises(ValueError, match="batching"):
-        lm.datasets(dataclasses.replace(LM_CONFIG, batching="pack"))
+        lm.datasets(dataclasses.replace(LM_CONFIG, batching="sorted"))
     with pytest.raises(ValueError, match="cell"):
         lm_model.build_model(LM_CONFIG, {"vocab": tfseq.Vocab(list(tfseq.text.RESERVED))},
                              lm_model.ModelConfig(cell="transformer"))
@@ -151,3 +151,25 @@ def test_translate_trains_decodes_and_reloads(tmp_path):
     model.save(path)
     loaded = keras.models.load_model(path)
     np.testing.assert_array_equal(loaded(features).numpy(), model(features).numpy())
+
+
+def test_lm_on_packed_batches_targets_stay_in_segments_and_train():
+    config = dataclasses.replace(LM_CONFIG, batching="pack", block_length=64, max_tokens=512)
+    train, _, info = lm.datasets(config)
+    segments = 0
+    for features, targets, weights in train:
+        ids, seg = features["ids"].numpy(), features["ids_segment_ids"].numpy()
+        assert ids.shape[1] == 64
+        w = weights.numpy() > 0
+        # A target exists only where the next token is in the same segment, and equals it.
+        same = np.concatenate([(seg[:, 1:] == seg[:, :-1]) & (seg[:, :-1] > 0),
+                               np.zeros((seg.shape[0], 1), bool)], axis=1)
+        np.testing.assert_array_equal(w, same)
+        np.testing.assert_array_equal(targets.numpy()[:, :-1][w[:, :-1]], ids[:, 1:][w[:, :-1]])
+        segments += int(features["ids_resets"].numpy().sum())
+    counter = info["counters"]["train"]
+    kept = counter.seen()["lines_read"] - sum(counter.drops().values())
+    assert segments == kept
+    model = lm_model.build_model(config, info, lm_model.ModelConfig(hidden_dim=32))
+    losses = _train_steps(model, train, 6)
+    assert np.isfinite(losses).all() and losses[-1] < losses[0]
