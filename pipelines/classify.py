@@ -28,6 +28,7 @@ import dataclasses
 import tensorflow as tf
 
 import tfseq
+from pipelines import verses
 from tfseq.corpus import BOOK_TO_SECTION, SECTION_NAMES
 
 BATCHING_MODES = ("pad", "bucket", "pack")
@@ -53,14 +54,6 @@ class Config:
     max_line_bytes: int = 1 << 16
 
 
-def _parse(line):
-    fields = tf.strings.split(line, "\t")
-    ok = tf.size(fields) == 4
-    fields = tf.pad(fields, [[0, tf.maximum(0, 4 - tf.size(fields))]])
-    return {"key": tf.strings.reduce_join(fields[:3], separator=" "), "book": fields[0],
-            "text": fields[3], "ok": ok}
-
-
 def section_table() -> tf.lookup.StaticHashTable:
     books = sorted(BOOK_TO_SECTION)
     return tf.lookup.StaticHashTable(
@@ -72,32 +65,43 @@ def section_table() -> tf.lookup.StaticHashTable:
 def labelled_text(config: Config, split: str, counter: tfseq.DropCounter,
                   shuffle_files: bool = False, num_shards: int = 1,
                   shard_index: int = 0) -> tf.data.Dataset:
-    """``{"text": tf.string, "label": int32}`` for one split, every drop counted."""
+    """Batches of ``{"text": tf.string [n], "label": int32 [n]}`` of one split, every drop
+    counted; vectorized, one tf.data call per batch of lines."""
     files = list(config.files) or [tfseq.corpus_path("kjv_en")]
     table = section_table()
     counter.register("malformed", "unknown_book", "other_split")
     want_eval = split == "eval"
 
-    def keep(example):
-        in_eval = tf.strings.to_hash_bucket_fast(example["key"], 100) < config.eval_percent
-        return counter.keep_if({
+    def parse_and_keep(lines):
+        example = verses.parse(lines)
+        labels = table.lookup(example["book"])
+        keep = counter.keep_if({
             "malformed": tf.logical_not(example["ok"]),
-            "unknown_book": table.lookup(example["book"]) < 0,
-            "other_split": tf.not_equal(in_eval, want_eval),
+            "unknown_book": labels < 0,
+            "other_split": tf.not_equal(verses.in_eval_split(example["key"], config.eval_percent),
+                                        want_eval),
         })
+        return {"text": tf.boolean_mask(example["text"], keep),
+                "label": tf.boolean_mask(labels, keep)}
 
     ds = tfseq.text_lines(files, shuffle_files=shuffle_files, seed=config.seed,
-                          num_shards=num_shards, shard_index=shard_index)
-    ds = ds.apply(counter.tally("lines_read"))
-    ds = ds.map(_parse, num_parallel_calls=tf.data.AUTOTUNE).filter(keep)
-    ds = ds.map(lambda e: {"text": e["text"], "label": table.lookup(e["book"])})
+                          num_shards=num_shards, shard_index=shard_index,
+                          batch_size=verses.READ_BATCH)
+    ds = ds.apply(counter.tally("lines_read", rows=True))
+    ds = ds.map(parse_and_keep, num_parallel_calls=tf.data.AUTOTUNE)
     return ds.apply(tfseq.filter_lines(key="text", max_line_bytes=config.max_line_bytes,
                                        counter=counter))
 
 
 def batch(ds: tf.data.Dataset, config: Config, *, training: bool) -> tf.data.Dataset:
-    """Batches examples by ``config.batching`` (shuffled batches when ``training``)."""
+    """Batches ragged batches of examples by ``config.batching`` (shuffled when ``training``).
+
+    ``bucket`` and ``pack`` take the ragged batches whole; ``pad`` unbatches them and, when
+    training, shuffles the examples (``config.shuffle_buffer``) before padding."""
     if config.batching == "pad":
+        ds = tfseq.unbatch(ds)
+        if training:
+            ds = ds.shuffle(config.shuffle_buffer, seed=config.seed, reshuffle_each_iteration=True)
         return ds.apply(tfseq.pad_batch(config.batch_size))
     if config.batching == "bucket":
         return ds.apply(tfseq.bucket_by_length(
@@ -112,10 +116,11 @@ def batch(ds: tf.data.Dataset, config: Config, *, training: bool) -> tf.data.Dat
 
 def examples(config: Config, split: str, counter: tfseq.DropCounter, vocab: tfseq.Vocab,
              num_shards: int = 1, shard_index: int = 0) -> tf.data.Dataset:
-    """Unbatched ``{"ids": int32 [(T)], "label": int32}`` of one split (shuffled for train).
+    """Ragged batches ``{"ids": int32 [n, (T)], "label": int32 [n]}`` of one split.
 
     The examples are small, so they are cached after the first pass (the counters then count
-    one pass) and reshuffled every epoch.
+    one pass); for training the batches are reshuffled every epoch (a buffer of
+    ``config.shuffle_buffer`` examples, in whole batches) and ``batch`` shuffles inside pools.
     """
     ds = labelled_text(config, split, counter, num_shards=num_shards, shard_index=shard_index)
     ds = ds.apply(tfseq.tokenize(vocab, tokenizer=config.tokenizer, key="text",
@@ -125,7 +130,8 @@ def examples(config: Config, split: str, counter: tfseq.DropCounter, vocab: tfse
                                          counter=counter))
     ds = ds.cache()
     if split == "train":
-        ds = ds.shuffle(config.shuffle_buffer, seed=config.seed, reshuffle_each_iteration=True)
+        ds = ds.shuffle(-(-config.shuffle_buffer // verses.READ_BATCH), seed=config.seed,
+                        reshuffle_each_iteration=True)
     return ds
 
 
@@ -173,7 +179,8 @@ def datasets(config: Config = Config(), counters: dict | None = None):
     if config.vocab_path:
         vocab = tfseq.Vocab.load(config.vocab_path)
     else:
-        texts = labelled_text(config, "train", tfseq.DropCounter("vocab")).map(lambda e: e["text"])
+        texts = labelled_text(config, "train", tfseq.DropCounter("vocab")).map(
+            lambda e: e["text"])
         if config.lowercase:
             import tensorflow_text as tf_text
             texts = texts.map(tf_text.case_fold_utf8)

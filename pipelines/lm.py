@@ -48,24 +48,27 @@ class Config:
 
 
 def verse_text(config: Config, split: str, counter: tfseq.DropCounter) -> tf.data.Dataset:
-    """``tf.string`` verse texts of one split (``"train"``, ``"eval"``), every drop counted."""
+    """``tf.string [n]`` batches of the verse texts of one split (``"train"``, ``"eval"``),
+    every drop counted; vectorized, one tf.data call per batch of lines."""
     files = list(config.files) or [tfseq.corpus_path(config.corpus)]
     counter.register("malformed", "other_split")
-    ds = tfseq.text_lines(files)
-    if config.max_lines:
-        ds = ds.take(config.max_lines)
-    ds = ds.apply(counter.tally("lines_read"))
+    if config.max_lines:  # exact: the first max_lines lines, then batched
+        ds = tfseq.text_lines(files).take(config.max_lines).batch(verses.READ_BATCH)
+    else:
+        ds = tfseq.text_lines(files, batch_size=verses.READ_BATCH)
+    ds = ds.apply(counter.tally("lines_read", rows=True))
     want_eval = split == "eval"
 
-    def keep(example):
-        return counter.keep_if({
+    def parse_and_keep(lines):
+        example = verses.parse(lines)
+        keep = counter.keep_if({
             "malformed": tf.logical_not(example["ok"]),
             "other_split": tf.not_equal(verses.in_eval_split(example["key"], config.eval_percent),
                                         want_eval),
         })
+        return tf.boolean_mask(example["text"], keep)
 
-    ds = ds.map(verses.parse, num_parallel_calls=tf.data.AUTOTUNE).filter(keep)
-    ds = ds.map(lambda e: e["text"])
+    ds = ds.map(parse_and_keep, num_parallel_calls=tf.data.AUTOTUNE)
     return ds.apply(tfseq.filter_lines(max_line_bytes=config.max_line_bytes, counter=counter))
 
 
@@ -117,8 +120,9 @@ def datasets(config: Config = Config(), counters: dict | None = None):
         ds = ds.apply(tfseq.filter_by_length(min_length=3, max_length=config.max_length + 2,
                                              counter=counter))
         ds = ds.cache()
-        if training:
-            ds = ds.shuffle(config.shuffle_buffer, seed=config.seed, reshuffle_each_iteration=True)
+        if training:  # whole ragged batches; bucketing and packing also shuffle inside pools
+            ds = ds.shuffle(-(-config.shuffle_buffer // verses.READ_BATCH), seed=config.seed,
+                            reshuffle_each_iteration=True)
         if config.batching == "pack":
             ds = ds.apply(tfseq.pack(config.block_length, max_tokens=config.max_tokens,
                                      seed=config.seed if training else None, counter=counter))

@@ -1,4 +1,4 @@
-"""Reading the embedded corpus format shared by the lm and translate pipelines.
+"""Reading the embedded corpus format shared by the classify, lm and translate pipelines.
 
 A line is ``book<TAB>chapter<TAB>verse<TAB>text`` (see ``tfseq/data/README.md``).
 """
@@ -8,18 +8,25 @@ from __future__ import annotations
 import tensorflow as tf
 
 import tfseq
+from tfseq._common import is_ragged_batch
+
+READ_BATCH = 512  # lines per batch on the vectorized path
 
 
-def parse(line: tf.Tensor) -> dict[str, tf.Tensor]:
-    """One ``tf.string`` line -> ``{"key": "book chapter verse", "text", "ok"}``.
+def parse(lines: tf.Tensor) -> dict[str, tf.Tensor]:
+    """``tf.string`` line(s), ``[]`` or ``[n]`` -> ``{"key": "book chapter verse", "book",
+    "text", "ok"}`` of the same shape (vectorized: one call per batch of lines).
 
-    ``ok`` is false when the line does not have exactly 4 tab-separated fields (the other
+    ``ok`` is false when a line does not have exactly 4 tab-separated fields (the other
     features are then padded with empty strings, so the caller can count and drop it).
     """
-    fields = tf.strings.split(line, "\t")
-    ok = tf.size(fields) == 4
-    fields = tf.pad(fields, [[0, tf.maximum(0, 4 - tf.size(fields))]])
-    return {"key": tf.strings.reduce_join(fields[:3], separator=" "), "text": fields[3], "ok": ok}
+    if lines.shape.rank == 0:
+        return {k: v[0] for k, v in parse(lines[tf.newaxis]).items()}
+    fields = tf.strings.split(lines, "\t")
+    ok = tf.equal(fields.row_lengths(), 4)
+    fields = fields.to_tensor("", shape=[None, 4])
+    return {"key": tf.strings.reduce_join(fields[:, :3], axis=1, separator=" "),
+            "book": fields[:, 0], "text": fields[:, 3], "ok": ok}
 
 
 def in_eval_split(key: tf.Tensor, eval_percent: int) -> tf.Tensor:
@@ -52,8 +59,16 @@ def shift_targets(ids: tf.Tensor, lengths: tf.Tensor):
 
 def batch(ds: tf.data.Dataset, config, *, training: bool) -> tf.data.Dataset:
     """``config.batching``: ``"pad"`` (``config.batch_size``) or ``"bucket"`` under
-    ``config.max_tokens``; lengths may exceed ``config.max_length`` by the 2 BOS/EOS ids."""
+    ``config.max_tokens``; lengths may exceed ``config.max_length`` by the 2 BOS/EOS ids.
+
+    ``ds`` holds examples or ragged batches of them; ``"pad"`` unbatches ragged batches and,
+    when training, shuffles the examples (``config.shuffle_buffer``) before padding."""
     if config.batching == "pad":
+        if is_ragged_batch(ds.element_spec):
+            ds = tfseq.unbatch(ds)
+            if training:
+                ds = ds.shuffle(config.shuffle_buffer, seed=config.seed,
+                                reshuffle_each_iteration=True)
         return ds.apply(tfseq.pad_batch(config.batch_size))
     return ds.apply(tfseq.bucket_by_length(
         max_tokens=config.max_tokens, max_length=config.max_length + 2,

@@ -8,7 +8,9 @@ Usage:
 For each prefix of the pipeline (read, field, clean, tokenize, filter, shuffle, batch, split,
 prefetch) it runs one pass over the data in the graph and prints examples/s and real tokens/s
 after that stage, and the time the stage adds per 1,000 examples, so the slow stage stands
-out. ``--model_step_ms`` says whether the full pipeline keeps up with a model of that step
+out. By default lines are read in batches of ``--read_batch`` and stay batched until the
+batching stage (the fast path); ``--read_batch=0`` profiles the one-example-at-a-time
+composition. ``--model_step_ms`` says whether the full pipeline keeps up with a model of that step
 time. ``--trace_dir`` writes a profiler trace of the full pipeline (view it with TensorBoard's
 profile plugin: ``pip install tfseq[profile]``).
 """
@@ -33,7 +35,10 @@ flags.DEFINE_integer("max_tokens", 8192, "Token budget per batch (bucket, pack).
 flags.DEFINE_integer("batch_size", 64, "Rows per batch for --batching=pad.")
 flags.DEFINE_integer("max_length", 512, "Length cap (longer examples are dropped, counted).")
 flags.DEFINE_integer("block_length", 512, "Row length for --batching=pack.")
-flags.DEFINE_integer("shuffle_buffer", 20000, "Shuffle buffer, in examples.")
+flags.DEFINE_integer("shuffle_buffer", 32768, "Shuffle buffer, in examples (whole line "
+                     "batches on the batched path).")
+flags.DEFINE_integer("read_batch", 512, "Lines per batch read and carried through the "
+                     "vectorized stages into batching; 0: one example at a time.")
 flags.DEFINE_integer("num_splits", 1, "Replicas for the split stage (1: no split stage).")
 flags.DEFINE_integer("max_lines", 0, "Read only the first N lines (0: all).")
 flags.DEFINE_integer("repeats", 2, "Passes per stage; the fastest is reported.")
@@ -63,11 +68,30 @@ def stages(files, vocab, counter):
 
     import tfseq
 
+    batched = FLAGS.read_batch > 0
+
+    def field_of(lines):  # tf.string [] or [n] -> the field, same shape
+        parts = tf.strings.split(lines, "\t")
+        if lines.shape.rank == 0:
+            return parts[FLAGS.field]
+        return parts.to_tensor(shape=[None, FLAGS.field + 1])[:, FLAGS.field]
+
     def field(ds):
         if FLAGS.field < 0:
             return ds
-        return ds.map(lambda line: tf.strings.split(line, "\t")[FLAGS.field],
-                      num_parallel_calls=tf.data.AUTOTUNE)
+        return ds.map(field_of, num_parallel_calls=tf.data.AUTOTUNE)
+
+    def read(_):
+        if not batched:
+            return tfseq.text_lines(files).take(FLAGS.max_lines or -1)
+        if FLAGS.max_lines:  # exact: the first max_lines lines, then batched
+            return tfseq.text_lines(files).take(FLAGS.max_lines).batch(FLAGS.read_batch)
+        return tfseq.text_lines(files, batch_size=FLAGS.read_batch)
+
+    def shuffle(ds):
+        if not batched:
+            return ds.shuffle(FLAGS.shuffle_buffer, seed=0)
+        return ds.shuffle(max(1, FLAGS.shuffle_buffer // FLAGS.read_batch), seed=0)
 
     if FLAGS.batching == "pad":
         batch = tfseq.pad_batch(FLAGS.batch_size, prefetch=False)
@@ -77,12 +101,12 @@ def stages(files, vocab, counter):
     else:
         batch = tfseq.pack(FLAGS.block_length, max_tokens=FLAGS.max_tokens, seed=0)
     out = [
-        ("read", lambda _: tfseq.text_lines(files).take(FLAGS.max_lines or -1)),
+        ("read", read),
         ("field", field),
         ("clean lines", tfseq.filter_lines(counter=counter)),
         ("tokenize+lookup", tfseq.tokenize(vocab)),
         ("length filter", tfseq.filter_by_length(max_length=FLAGS.max_length, counter=counter)),
-        ("shuffle", lambda ds: ds.shuffle(FLAGS.shuffle_buffer, seed=0)),
+        ("shuffle", shuffle),
         (f"batch ({FLAGS.batching})", batch),
     ]
     if FLAGS.num_splits > 1:
@@ -98,10 +122,12 @@ def counts(element):
     if isinstance(element, tuple):  # split batches: add the parts
         parts = [counts(e) for e in element]
         return tf.add_n([p[0] for p in parts]), tf.add_n([p[1] for p in parts])
-    if not isinstance(element, dict):  # a line
-        return tf.constant(1, tf.int64), tf.constant(0, tf.int64)
+    if not isinstance(element, dict):  # a line, or a batch of lines
+        return tf.size(element, out_type=tf.int64), tf.constant(0, tf.int64)
     ids = element["ids"]
     weight = element.get("weight")
+    if isinstance(ids, tf.RaggedTensor):  # a ragged batch of examples
+        return ids.nrows(), tf.size(ids.flat_values, out_type=tf.int64)
     if ids.shape.rank == 1:
         return tf.constant(1, tf.int64), tf.cast(tf.size(ids), tf.int64)
     real = tf.math.count_nonzero(ids, dtype=tf.int64)

@@ -59,13 +59,69 @@ def test_filter_by_length_identity_and_errors():
 
 
 def _pipeline(paths, counter, vocab, **read_kwargs):
-    ds = tfseq.text_lines(paths, **read_kwargs).apply(counter.tally("lines_read"))
+    """Examples, read one line at a time or (``batch_size=n``) through the batched path."""
+    batched = read_kwargs.get("batch_size") is not None
+    ds = tfseq.text_lines(paths, **read_kwargs).apply(counter.tally("lines_read", rows=batched))
     ds = ds.apply(tfseq.filter_lines(max_line_bytes=1 << 20, counter=counter))
     ds = ds.apply(tfseq.tokenize(vocab))
-    return ds.apply(tfseq.filter_by_length(max_length=4, counter=counter))
+    ds = ds.apply(tfseq.filter_by_length(max_length=4, counter=counter))
+    return tfseq.unbatch(ds) if batched else ds
 
 
-def test_bad_files_end_to_end(tmp_path):
+def test_batched_lines_filter_as_batches_and_stay_batches():
+    counter = tfseq.DropCounter()
+    raw = [b"ok line", b"", b"bad \xff", b"fine", b"nul\x00", b"x" * 50]
+    ds = tf.data.Dataset.from_tensor_slices(raw).batch(4).apply(
+        tfseq.filter_lines(max_line_bytes=40, counter=counter))
+    assert ds.element_spec.shape.as_list() == [None]
+    assert to_list(ds) == [["ok line", "fine"], []]
+    assert counter.drops() == {"empty": 1, "invalid_utf8": 1, "nul_byte": 1, "too_many_bytes": 1}
+    counter = tfseq.DropCounter()
+    ds = tf.data.Dataset.from_tensor_slices({"text": ["a", "", "b"], "label": [1, 2, 3]}).batch(3)
+    ds = ds.apply(tfseq.filter_lines(key="text", counter=counter))
+    assert to_list(ds) == [{"text": ["a", "b"], "label": [1, 3]}]
+    assert counter.drops()["empty"] == 1
+
+
+def test_filter_by_length_on_ragged_batches():
+    counter = tfseq.DropCounter()
+    ds = tf.data.Dataset.from_tensor_slices(
+        {"ids": tf.ragged.constant([[], [7, 7], [7] * 5, [7] * 9]), "label": [0, 1, 2, 3]})
+    out = to_list(ds.batch(3).apply(tfseq.filter_by_length(min_length=1, max_length=5,
+                                                            counter=counter)))
+    assert out == [{"ids": [[7, 7], [7] * 5], "label": [1, 2]}, {"ids": [], "label": []}]
+    assert counter.drops() == {"too_long": 1, "too_short": 1}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=12), min_size=1, max_size=20))
+def test_line_checks_match_pythons_utf8_decoder(lines):
+    checks = tfseq.filtering.line_checks(tf.constant(lines), None)
+    for i, line in enumerate(lines):
+        try:
+            text = line.decode("utf-8")
+            valid = True
+        except UnicodeDecodeError:
+            valid = False
+        assert bool(checks["invalid_utf8"][i]) == (not valid), line
+        assert bool(checks["nul_byte"][i]) == (valid and "\0" in text), line
+        if valid and "\0" not in text:
+            assert bool(checks["empty"][i]) == (text.strip(" \t\n\r\f") == ""), line
+
+
+def test_line_checks_on_tricky_utf8():
+    lines = [b"\xed\xa0\x80", b"\xc0\x80", b"\xf4\x90\x80\x80", b"\xe0\x80\x80",
+             "é€𝄞".encode(), b"\xef\xbf\xbf", b"a\nb\r", b"\x00"]
+    checks = tfseq.filtering.line_checks(tf.constant(lines), None)
+    # surrogate, overlong 2- and 3-byte forms, above U+10FFFF: invalid; the rest valid
+    assert checks["invalid_utf8"].numpy().tolist() == [True] * 4 + [False] * 4
+    assert checks["nul_byte"].numpy().tolist() == [False] * 7 + [True]
+    scalar = tfseq.filtering.line_checks(tf.constant(b"a\x00"), 10)
+    assert scalar["nul_byte"].shape == [] and bool(scalar["nul_byte"])
+
+
+@pytest.mark.parametrize("batch_size", [None, 2])
+def test_bad_files_end_to_end(tmp_path, batch_size):
     """Blank-only file, invalid UTF-8, NUL, CRLF, BOM and a 5 MB line: counted, not crashed."""
     (tmp_path / "blank.txt").write_bytes(b"\n\n  \n")
     (tmp_path / "mixed.txt").write_bytes(
@@ -73,7 +129,7 @@ def test_bad_files_end_to_end(tmp_path):
     (tmp_path / "empty.txt").write_bytes(b"")
     vocab = tfseq.Vocab(["<pad>", "<unk>", "<s>", "</s>", "a", "b"])
     counter = tfseq.DropCounter()
-    out = to_list(_pipeline(str(tmp_path / "*.txt"), counter, vocab))
+    out = to_list(_pipeline(str(tmp_path / "*.txt"), counter, vocab, batch_size=batch_size))
     assert out == [{"ids": [4, 5]}]
     assert counter.seen() == {"lines_read": 8}
     assert counter.drops() == {"empty": 3, "invalid_utf8": 1, "nul_byte": 1,
@@ -102,9 +158,10 @@ def _expected_ids(line: bytes, vocab):
 
 @settings(max_examples=25, deadline=None)
 @given(files=st.lists(st.lists(LINE, max_size=8), min_size=1, max_size=4),
-       shuffle=st.booleans(), num_shards=st.integers(1, 3), gz=st.booleans())
+       shuffle=st.booleans(), num_shards=st.integers(1, 3), gz=st.booleans(),
+       batch_size=st.sampled_from([None, 1, 3]))
 def test_exactly_once_lines_in_equal_examples_out_plus_drops(tmp_path_factory, files, shuffle,
-                                                               num_shards, gz):
+                                                               num_shards, gz, batch_size):
     tmp = tmp_path_factory.mktemp("lines")
     paths = []
     for i, file_lines in enumerate(files):
@@ -119,7 +176,8 @@ def test_exactly_once_lines_in_equal_examples_out_plus_drops(tmp_path_factory, f
     for shard in range(num_shards):
         counter = tfseq.DropCounter()
         emitted += to_list(_pipeline(paths, counter, vocab, shuffle_files=shuffle, seed=7,
-                                     num_shards=num_shards, shard_index=shard))
+                                     num_shards=num_shards, shard_index=shard,
+                                     batch_size=batch_size))
         total_dropped += counter.total_dropped()
         total_read += counter.seen()["lines_read"]
     assert total_read == total_in

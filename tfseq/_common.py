@@ -5,6 +5,12 @@ Shapes: B = batch, T = time (tokens).
 An example is a dict; its *sequence features* are the 1-D integer tensors (``[(T)]``), the
 other features are scalars. ``sequence_keys`` reads them off ``dataset.element_spec`` so every
 check happens in Python, before any graph runs.
+
+A *ragged batch* of examples (``pad_batch(n, ragged=True)``, or the vectorized stages run
+on batched lines) holds B examples at once: sequence features int ``RaggedTensor [B, (T)]``,
+scalars ``[B]``. ``example_keys`` accepts either form and says which one it saw, so the
+transformations that gather examples anyway (``filter_by_length``, ``bucket_by_length``,
+``pack``) take ragged batches as they are and skip one tf.data call per example.
 """
 
 from __future__ import annotations
@@ -51,6 +57,34 @@ def sequence_keys(spec, where: str = "this transformation") -> list[str]:
     return keys
 
 
+def _is_ragged_rows(s) -> bool:
+    return (isinstance(s, tf.RaggedTensorSpec) and s.shape.rank == 2 and s.ragged_rank == 1
+            and s.dtype.is_integer)
+
+
+def is_ragged_batch(spec) -> bool:
+    """Whether ``spec`` is a ragged batch of examples: a dict with at least one int
+    ``RaggedTensor [B, (T)]`` feature, every other feature a rank-1 ``[B]`` tensor."""
+    if not isinstance(spec, Mapping):
+        return False
+    ragged = [k for k, s in spec.items() if _is_ragged_rows(s)]
+    rest_ok = all(isinstance(s, tf.TensorSpec) and s.shape.rank == 1
+                  for k, s in spec.items() if k not in ragged)
+    return bool(ragged) and rest_ok
+
+
+def example_keys(spec, where: str = "this transformation") -> tuple[list[str], bool]:
+    """``(sequence keys, batched)`` for a dataset of examples or of ragged batches of them.
+
+    Raises:
+      TypeError: the elements are not dicts.
+      ValueError: there is no sequence feature.
+    """
+    if is_ragged_batch(spec):
+        return [k for k, s in spec.items() if _is_ragged_rows(s)], True
+    return sequence_keys(spec, where), False
+
+
 def check_keys(spec, keys, where: str) -> None:
     """Raises ``ValueError`` naming the first key of ``keys`` that is missing from ``spec``."""
     spec = require_dict_spec(spec, where)
@@ -65,6 +99,25 @@ def example_length(example: Mapping[str, tf.Tensor], keys) -> tf.Tensor:
     return tf.reduce_max(tf.stack(lengths)) if len(lengths) > 1 else lengths[0]
 
 
+def batch_lengths(batch: Mapping[str, tf.Tensor], keys) -> tf.Tensor:
+    """int32 ``[B]``: per example of a ragged batch, the max length over ``keys``."""
+    lengths = [tf.cast(batch[k].row_lengths(), tf.int32) for k in keys]
+    return tf.reduce_max(tf.stack(lengths), axis=0) if len(lengths) > 1 else lengths[0]
+
+
+def mask_batch(batch, keep: tf.Tensor):
+    """The rows of a batch (a tensor, ragged tensor or dict of them) where ``keep`` (bool
+    ``[B]``) is true, in order. Most batches keep every row: those pass through uncopied."""
+
+    def mask(value):
+        if isinstance(value, tf.RaggedTensor):
+            return tf.ragged.boolean_mask(value, keep)
+        return tf.boolean_mask(value, keep)
+
+    return tf.cond(tf.reduce_all(keep), lambda: batch,
+                   lambda: tf.nest.map_structure(mask, batch, expand_composites=False))
+
+
 def check_positive_int(name: str, value, allow_none: bool = False) -> None:
     """Raises ``TypeError``/``ValueError`` naming ``name`` unless ``value`` is a positive int."""
     if value is None and allow_none:
@@ -75,8 +128,11 @@ def check_positive_int(name: str, value, allow_none: bool = False) -> None:
         raise ValueError(f"{name} must be positive; received {name}={value!r}")
 
 
-def unbatch_examples(batched: tf.data.Dataset) -> tf.data.Dataset:
-    """``unbatch`` that gives 1-D ragged rows back as plain ``tf.Tensor`` features.
+def unbatch(batched: tf.data.Dataset) -> tf.data.Dataset:
+    """``Dataset.unbatch`` that gives 1-D ragged rows back as plain ``tf.Tensor`` features.
+
+    Ragged batches of examples -> examples (``tfseq.unbatch``), for the steps that need one
+    example at a time (``pad_batch``, ``Dataset.shuffle``).
 
     Vectorized steps batch examples (``ragged_batch``), work on ``[B, (T)]`` and unbatch;
     ``unbatch`` alone leaves a ragged-rank-0 ``RaggedTensorSpec``, which the identity map

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfseq._common import LENGTH_SUFFIX, Transform, check_positive_int, sequence_keys
+from tfseq._common import LENGTH_SUFFIX, Transform, check_positive_int, example_keys, unbatch
 
 
 def add_lengths(keys) -> callable:
@@ -42,7 +42,9 @@ def pad_batch(batch_size: int, *, ragged: bool = False, drop_remainder: bool = F
       prefetch: end with ``prefetch(AUTOTUNE)``.
 
     Returns:
-      A ``Dataset.apply`` transformation. Scalar features become ``[B]``.
+      A ``Dataset.apply`` transformation. Scalar features become ``[B]``. Ragged batches of
+      examples in the input are unbatched first (one tf.data call per example: use
+      ``bucket_by_length``/``pack`` for the fast path).
 
     Raises:
       TypeError/ValueError: bad ``batch_size``; (when applied) no sequence feature.
@@ -50,7 +52,9 @@ def pad_batch(batch_size: int, *, ragged: bool = False, drop_remainder: bool = F
     check_positive_int("batch_size", batch_size)
 
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
-        keys = sequence_keys(dataset.element_spec, "pad_batch")
+        keys, batched = example_keys(dataset.element_spec, "pad_batch")
+        if batched:  # ragged batches of examples: re-batch their examples to batch_size
+            dataset = unbatch(dataset)
         if ragged:
             out = dataset.ragged_batch(batch_size, drop_remainder=drop_remainder)
         else:

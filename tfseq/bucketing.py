@@ -4,8 +4,11 @@ Shapes: B = batch (rows), T = time (tokens), W = pool size (examples).
 
 How it batches (pool, sort, split, shuffle), all in the tf.data graph:
 
-1. Examples longer than ``max_length`` are dropped and counted under ``"too_long"``.
-2. The stream is cut into pools of ``pool_size`` consecutive examples (``ragged_batch``).
+1. The stream is cut into pools of ``pool_size`` consecutive examples (``ragged_batch``);
+   input that is ragged batches of examples already is pooled whole batches at a time, a
+   pool closing once it holds ``pool_size`` examples or more.
+2. Examples longer than ``max_length`` are dropped and counted under ``"too_long"`` (one
+   vectorized counter update per pool).
 3. Each pool is ordered longest bucket first; inside a bucket the order is random (seeded).
    With no ``boundaries``/``bucket_width`` every length is its own bucket, so the pool is
    sorted by length and equal lengths are shuffled among themselves.
@@ -52,9 +55,9 @@ from typing import Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tfseq._common import LENGTH_SUFFIX, Transform, check_positive_int, sequence_keys
-from tfseq.filtering import filter_by_length
-from tfseq.stats import DropCounter
+from tfseq._common import (LENGTH_SUFFIX, Transform, batch_lengths, check_positive_int,
+                           example_keys)
+from tfseq.stats import DropCounter, resolve_counter
 
 DEFAULT_POOL_SIZE = 32768
 
@@ -125,6 +128,83 @@ def _unwrap_flat_ragged(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset
 
 
+def _pool_batches(dataset: tf.data.Dataset, pool_size: int) -> tf.data.Dataset:
+    """Ragged batches of examples -> pools of whole batches, each closed as soon as it holds
+    ``pool_size`` examples or more (the last pool of a finite stream may hold fewer).
+
+    A ``scan`` appends each batch's flat values and row lengths to tensor lists (amortized
+    O(1), no copy of the pool so far) and hands the arrays on when the pool is full; the pool
+    is then concatenated once. Costs one tf.data call per batch: ``Dataset.rebatch`` would give
+    exact pools, but it encodes every ragged row as a variant (~2 us per example).
+
+    Returns:
+      A dataset of dicts with the input's keys: sequence features int ``RaggedTensor
+      [W, (T)]`` with int32 row splits, the other features ``[W]``.
+    """
+    spec = dataset.element_spec
+    keys = sorted(spec)
+    ragged = {k: isinstance(spec[k], tf.RaggedTensorSpec) for k in keys}
+
+    def parts(batch):
+        out = []
+        for k in keys:
+            if ragged[k]:
+                out += [batch[k].flat_values, tf.cast(batch[k].row_lengths(), tf.int32)]
+            else:
+                out.append(batch[k])
+        return out
+
+    dtypes = []
+    for k in keys:
+        dtypes += [spec[k].dtype, tf.int32] if ragged[k] else [spec[k].dtype]
+
+    def empty_arrays():
+        return tuple(tf.raw_ops.EmptyTensorList(element_shape=[-1], max_num_elements=-1,
+                                                element_dtype=d) for d in dtypes)
+
+    def empty_batch():
+        batch = {}
+        for k in keys:
+            zeros = tf.zeros([0], spec[k].dtype)
+            batch[k] = (tf.RaggedTensor.from_row_lengths(
+                zeros, tf.zeros([0], spec[k].row_splits_dtype)) if ragged[k] else zeros)
+        return batch
+
+    def step(state, inputs):
+        count, arrays = state
+        end, batch = inputs
+        arrays = tuple(tf.raw_ops.TensorListPushBack(input_handle=a, tensor=p)
+                       for a, p in zip(arrays, parts(batch)))
+        count += tf.shape(parts(batch)[1 if ragged[keys[0]] else 0], out_type=tf.int64)[0]
+        ready = (count >= pool_size) | (end & (count > 0))
+        new_state = tf.cond(ready, lambda: (tf.constant(0, tf.int64), empty_arrays()),
+                            lambda: (count, arrays))
+        return new_state, (ready, arrays)
+
+    def assemble(ready, arrays):
+        del ready
+        flat = [tf.raw_ops.TensorListConcatV2(
+            input_handle=a, element_shape=[-1], leading_dims=tf.zeros([0], tf.int64),
+            element_dtype=d)[0] for a, d in zip(arrays, dtypes)]
+        pool, i = {}, 0
+        for k in keys:
+            if ragged[k]:
+                pool[k] = tf.RaggedTensor.from_row_lengths(flat[i], flat[i + 1], validate=False)
+                i += 2
+            else:
+                pool[k] = flat[i]
+                i += 1
+        return pool
+
+    plain = tf.autograph.experimental.do_not_convert
+    tagged = dataset.map(plain(lambda batch: (tf.constant(False), batch)))
+    last = tf.data.Dataset.from_tensors((tf.constant(True), empty_batch()))
+    return (tagged.concatenate(last)
+            .scan((tf.constant(0, tf.int64), empty_arrays()), plain(step))
+            .filter(plain(lambda ready, arrays: ready))
+            .map(plain(assemble)))
+
+
 def _bucket_upper(lengths: tf.Tensor, boundaries, bucket_width, max_length) -> tf.Tensor:
     """int32: the padded length of each length's bucket (``pad_to_boundary``)."""
     lengths = tf.maximum(lengths, 1)
@@ -152,11 +232,13 @@ def _sort_key(lengths: tf.Tensor, boundaries, bucket_width, length_noise, seed) 
     return noisy
 
 
-def _cut(padded: tf.Tensor, max_tokens, batch_size, batch_multiple):
+def _cut(padded: tf.Tensor, max_tokens, batch_size, batch_multiple, descending=False):
     """Greedy split of an ordered pool into batches.
 
     Args:
       padded: int32 [W], each example's padded length (>= 1) in pool order.
+      descending: ``padded`` is non-increasing, so a batch's first row is its longest (a
+        cheaper loop body).
 
     Returns:
       (starts, sizes): int32 [num_batches] each, covering [0, W) in order.
@@ -170,6 +252,9 @@ def _cut(padded: tf.Tensor, max_tokens, batch_size, batch_multiple):
         # k rows from `start` fit iff k * padded[j] <= max_tokens for every j < k, i.e.
         # k <= max(j, max_tokens // padded[j]) for every j: the largest such k is the min.
         cap = tf.minimum(remaining, max_tokens // padded[start])
+        if descending:
+            rows = cap
+            return tf.where(rows < remaining, rows // batch_multiple * batch_multiple, rows)
         allowed = max_tokens // padded[start:start + cap]
         rows = tf.minimum(cap, tf.reduce_min(tf.maximum(tf.range(cap), allowed)))
         return tf.where(rows < remaining, rows // batch_multiple * batch_multiple, rows)
@@ -241,7 +326,10 @@ def bucket_by_length(
 
     Returns:
       A ``dataset -> dataset`` function. Input: dict examples with 1-D integer sequence
-      features and scalar features. Output: dicts with each sequence feature as int
+      features and scalar features, or ragged batches of them (sequence features
+      ``[n, (T)]``, scalars ``[n]``, any ``n``, e.g. from ``tokenize`` on batched lines):
+      those are pooled whole (a pool closes at ``pool_size`` examples or more), with no
+      tf.data call per example. Output: dicts with each sequence feature as int
       ``[B, T]`` (0-padded) plus ``"<name>_length"`` int32 ``[B]``, and scalars ``[B]``.
 
     Raises:
@@ -314,8 +402,11 @@ def bucket_by_length(
         raise TypeError(f"seed must be an int or None; received seed={seed!r}")
 
     randomized = shuffle or length_noise > 0
+    sorted_by_length = boundaries is None and bucket_width is None and length_noise == 0
     buckets = boundaries if boundaries is not None else bucket_width
-    too_long = filter_by_length(min_length=0, max_length=max_length, counter=counter)
+    counter = resolve_counter(counter)
+    if max_length is not None:
+        counter.register("too_long")
 
     def padded_length(lengths):
         if pad_to_boundary:
@@ -324,9 +415,11 @@ def bucket_by_length(
 
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
         dataset = _unwrap_flat_ragged(dataset)
-        keys = sequence_keys(dataset.element_spec, "bucket_by_length")
-        dataset = dataset.apply(too_long)
-        pools = dataset.ragged_batch(pool_size, row_splits_dtype=tf.int32)
+        keys, batched = example_keys(dataset.element_spec, "bucket_by_length")
+        if batched:
+            pools = _pool_batches(dataset, pool_size)
+        else:
+            pools = dataset.ragged_batch(pool_size, row_splits_dtype=tf.int32)
         if randomized:
             seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
         else:
@@ -338,7 +431,10 @@ def bucket_by_length(
             for key in keys:
                 if not isinstance(pool[key], tf.RaggedTensor):
                     pool[key] = tf.RaggedTensor.from_tensor(pool[key], row_splits_dtype=tf.int32)
-            lengths = tf.reduce_max(tf.stack([pool[k].row_lengths() for k in keys]), axis=0)
+            lengths = batch_lengths(pool, keys)
+            keep = None
+            if max_length is not None:  # one counter update per pool, not a call per example
+                keep = counter.keep_if({"too_long": lengths > max_length})
             seed_a = tf.stack([pool_seed, tf.constant(1, tf.int64)])
             seed_b = tf.stack([pool_seed, tf.constant(2, tf.int64)])
             order = tf.range(tf.size(lengths))
@@ -346,25 +442,30 @@ def bucket_by_length(
                 order = tf.argsort(tf.random.stateless_uniform(tf.shape(lengths), seed=seed_a))
             key = _sort_key(tf.gather(lengths, order), boundaries, bucket_width, length_noise,
                             seed_b)
+            if keep is not None:  # dropped examples sort last (keys are >= 0) and are cut off
+                key = tf.where(tf.gather(keep, order), key, -1.0)
             order = tf.gather(order, tf.argsort(key, direction="DESCENDING", stable=True))
-            pool = {k: tf.gather(v, order) for k, v in pool.items()}
+            if keep is not None:
+                order = order[:tf.reduce_sum(tf.cast(keep, tf.int32))]
             starts, sizes = _cut(padded_length(tf.gather(lengths, order)), max_tokens,
-                                 batch_size, batch_multiple)
+                                 batch_size, batch_multiple, descending=sorted_by_length)
             if shuffle:
                 batch_order = tf.argsort(
                     tf.random.stateless_uniform(tf.shape(starts), seed=seed_a[::-1]))
                 starts, sizes = tf.gather(starts, batch_order), tf.gather(sizes, batch_order)
-            return pool, starts, sizes
+            # The pool stays in input order: each batch gathers its own rows (in parallel).
+            return pool, order, starts, sizes
 
-        def split_pool(pool, starts, sizes):
-            return tf.data.Dataset.zip(tf.data.Dataset.from_tensors(pool).repeat(),
+        def split_pool(pool, order, starts, sizes):
+            return tf.data.Dataset.zip(tf.data.Dataset.from_tensors((pool, order)).repeat(),
                                        tf.data.Dataset.from_tensor_slices((starts, sizes)))
 
         static_width = max_length if pad_to_boundary and buckets is None else None
 
-        def take(pool, cut):
+        def take(pool_and_order, cut):
+            pool, order = pool_and_order
             start, size = cut
-            rows = {k: v[start:start + size] for k, v in pool.items()}
+            rows = {k: tf.gather(v, order[start:start + size]) for k, v in pool.items()}
             row_lengths = {k: rows[k].row_lengths() for k in keys}
             if pad_to_boundary:
                 longest = tf.reduce_max(tf.stack([tf.reduce_max(r) for r in
@@ -380,7 +481,9 @@ def bucket_by_length(
                     batch[k] = v
             return batch
 
-        return (pools.map(order_pool).flat_map(split_pool)
+        # prefetch(1): the next pool is read, tokenized and sorted while this one's batches
+        # are consumed (two pools in memory), so the pool boundary does not stall the input.
+        return (pools.map(order_pool).prefetch(1).flat_map(split_pool)
                 .map(take, num_parallel_calls=tf.data.AUTOTUNE))
 
     return apply

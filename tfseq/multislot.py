@@ -55,7 +55,7 @@ from typing import Sequence
 import tensorflow as tf
 from absl import logging
 
-from tfseq._common import check_positive_int, unbatch_examples
+from tfseq._common import check_positive_int, unbatch
 from tfseq.reading import resolve_files, verify_gzip
 from tfseq.stats import resolve_counter
 
@@ -445,7 +445,7 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
                                 deterministic=deterministic)
     if direct:
         return ds
-    ds = unbatch_examples(ds)
+    ds = unbatch(ds)
     if batch_size:
         ds = ds.ragged_batch(batch_size)
     return ds

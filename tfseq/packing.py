@@ -65,7 +65,7 @@ from typing import Iterable, Mapping
 import numpy as np
 import tensorflow as tf
 
-from tfseq._common import Transform, check_positive_int, require_dict_spec, sequence_keys
+from tfseq._common import Transform, check_positive_int, example_keys, require_dict_spec
 from tfseq.stats import resolve_counter
 
 SEGMENT_IDS_SUFFIX = "_segment_ids"
@@ -104,7 +104,9 @@ def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None
 
     Returns:
       A ``dataset -> dataset`` function. The input holds unbatched dict examples (1-D integer
-      sequence features and scalar features); the output holds packed batches as described
+      sequence features and scalar features), or ragged batches of them (``[n, (T)]`` and
+      ``[n]``, e.g. from ``tokenize`` on batched lines; taken whole, with no tf.data call per
+      example); the output holds packed batches as described
       in the module docstring, ``[B, T]`` per sequence key and ``[B, S]`` per scalar key, with
       ``B`` = rows per batch, fewer only in the batches built after the input ends.
 
@@ -152,8 +154,8 @@ def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None
 
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
         spec = require_dict_spec(dataset.element_spec, "pack")
-        seq_keys = sequence_keys(spec, "pack")
-        scalar_keys = _check_features(spec, seq_keys)
+        seq_keys, batched = example_keys(spec, "pack")
+        scalar_keys = _check_features(spec, seq_keys, batched)
         if isinstance(block_length, Mapping):
             if set(block_length) != set(seq_keys):
                 raise ValueError(f"block_length keys {sorted(block_length)} must be the sequence "
@@ -163,20 +165,21 @@ def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None
             blocks = [block_length] * len(seq_keys)
         packer = _Packer(seq_keys, blocks, scalar_keys, spec, rows, segments, window,
                          long_examples, resolve_counter(counter), seed)
-        return packer(dataset)
+        return packer(dataset, batched)
 
     return apply
 
 
-def _check_features(spec, seq_keys) -> list[str]:
-    """Returns the scalar keys; raises ValueError on any other kind of feature."""
+def _check_features(spec, seq_keys, batched: bool = False) -> list[str]:
+    """Returns the scalar keys (``[n]`` in ragged batches); raises ValueError on any other
+    kind of feature."""
     scalar_keys = []
     for key, s in spec.items():
         if any(key == k + suffix for k in seq_keys for suffix in PACKED_SUFFIXES):
             raise ValueError(f"pack found key {key!r}: the dataset looks packed already")
         if key in seq_keys:
             continue
-        if not isinstance(s, tf.TensorSpec) or s.shape.rank != 0:
+        if not isinstance(s, tf.TensorSpec) or s.shape.rank != int(batched):
             raise ValueError(
                 f"pack handles 1-D integer sequence features and scalar features; feature "
                 f"{key!r} has spec {s}. Unbatch the dataset or drop the feature first.")
@@ -232,8 +235,10 @@ class _Packer:
 
     # ----- the dataset plumbing
 
-    def __call__(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
-        groups = dataset.ragged_batch(_GROUP_SIZE).enumerate().map(
+    def __call__(self, dataset: tf.data.Dataset, batched: bool = False) -> tf.data.Dataset:
+        # Ragged batches of examples are groups already: no tf.data call per example.
+        groups = dataset if batched else dataset.ragged_batch(_GROUP_SIZE)
+        groups = groups.enumerate().map(
             tf.autograph.experimental.do_not_convert(self._flatten_group))
         last = tf.data.Dataset.from_tensors(self._empty_group())
 

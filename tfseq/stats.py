@@ -88,14 +88,24 @@ class DropCounter:
         with tf.control_dependencies(updates):
             return tf.logical_not(tf.identity(dropped))
 
-    def tally(self, name: str) -> Transform:
-        """Transformation that counts the elements passing through under ``name``."""
+    def tally(self, name: str, *, rows: bool = False) -> Transform:
+        """Transformation that counts the elements passing through under ``name``.
+
+        With ``rows=True`` it counts the rows of each element instead (the leading dimension
+        of its first component): lines in ``tf.string [n]`` batches, examples in ragged batches.
+        """
 
         def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
             var = self._variable(self._seen, name, "seen")
 
             def count(*element):
-                with tf.control_dependencies([var.assign_add(1)]):
+                if rows:
+                    first = tf.nest.flatten(element, expand_composites=False)[0]
+                    size = (first.nrows() if isinstance(first, tf.RaggedTensor)
+                            else tf.shape(first, out_type=tf.int64)[0])
+                else:
+                    size = 1
+                with tf.control_dependencies([var.assign_add(tf.cast(size, tf.int64))]):
                     out = tf.nest.map_structure(tf.identity, element)
                 return out if len(out) > 1 else out[0]
 

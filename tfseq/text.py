@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from tfseq._common import Transform, unbatch_examples
+from tfseq._common import Transform, unbatch
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 RESERVED = (PAD, UNK, BOS, EOS)
@@ -65,8 +65,8 @@ class Vocab:
         """Counts tokens over ``lines`` and keeps the frequent ones.
 
         Args:
-          lines: a dataset of ``tf.string`` lines, or file paths/globs (read with
-            ``tfseq.text_lines``; no cleaning applied).
+          lines: a dataset of ``tf.string`` lines (or of ``[n]`` batches of lines), or file
+            paths/globs (read with ``tfseq.text_lines``; no cleaning applied).
           tokenizer: as in ``tokenize``; must be the one used at training time.
           min_count: keep tokens seen at least this often.
           max_size: cap on the vocabulary size including the 4 reserved tokens.
@@ -85,7 +85,9 @@ class Vocab:
             lines = text_lines(lines)
         tok = get_tokenizer(tokenizer)
         counts: collections.Counter = collections.Counter()
-        batches = lines.batch(batch_size).map(
+        if lines.element_spec.shape.rank == 0:
+            lines = lines.batch(batch_size)
+        batches = lines.map(
             lambda b: tok.tokenize(b).flat_values, num_parallel_calls=tf.data.AUTOTUNE)
         for flat in batches.as_numpy_iterator():
             uniq, n = np.unique(flat, return_counts=True)
@@ -227,6 +229,10 @@ def tokenize(vocab: Vocab, *, tokenizer=None, key: str = "ids", add_bos: bool = 
     feature is a ``tf.string`` scalar (replaced by its ids in place, so pairs are tokenized by
     two calls, e.g. ``key="source"`` then ``key="target"`` with each side's vocab).
 
+    Batches of lines (``tf.string [n]``, e.g. ``text_lines(..., batch_size=512)``, or dicts
+    whose ``key`` is ``[n]``) become ragged batches of examples, ``{key: int32 [n, (T)]}``,
+    with no tf.data call per line; ``bucket_by_length`` and ``pack`` take those directly.
+
     Args:
       vocab: the ``Vocab`` for lookup (unknown tokens -> ``<unk>`` = 1).
       tokenizer: see ``get_tokenizer``; whitespace by default.
@@ -237,10 +243,12 @@ def tokenize(vocab: Vocab, *, tokenizer=None, key: str = "ids", add_bos: bool = 
         line, in order; batching only amortises the per-call cost).
 
     Returns:
-      A ``Dataset.apply`` transformation emitting dicts with ``key``: int32 ``[(T)]``.
+      A ``Dataset.apply`` transformation emitting dicts with ``key``: int32 ``[(T)]``
+      (``[n, (T)]`` for batched input).
 
     Raises:
-      ValueError: dict elements without ``key``, or whose ``key`` is not a string scalar.
+      ValueError: dict elements without ``key``, or whose ``key`` is not a ``tf.string``
+        scalar or vector.
 
     Example:
       >>> ds = tf.data.Dataset.from_tensor_slices(["a b", "b c c"])
@@ -265,27 +273,34 @@ def tokenize(vocab: Vocab, *, tokenizer=None, key: str = "ids", add_bos: bool = 
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
         spec = dataset.element_spec
         if isinstance(spec, tf.TensorSpec):
-            if spec.dtype != tf.string or spec.shape.rank != 0:
-                raise ValueError(f"tokenize expects tf.string scalars or dicts; received {spec}")
+            if spec.dtype != tf.string or spec.shape.rank not in (0, 1):
+                raise ValueError(f"tokenize expects tf.string scalars, [n] batches of them, or "
+                                 f"dicts; received {spec}")
+            to_example = lambda lines: {key: to_ids(lines)}  # noqa: E731
+            if spec.shape.rank == 1:  # batches of lines -> ragged batches of examples
+                return dataset.map(to_example, num_parallel_calls=tf.data.AUTOTUNE,
+                                   deterministic=None)
             batched = dataset.batch(batch_size).map(
-                lambda lines: {key: to_ids(lines)}, num_parallel_calls=tf.data.AUTOTUNE,
-                deterministic=None)
-            return unbatch_examples(batched)
+                to_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=None)
+            return unbatch(batched)
         if not isinstance(spec, dict):
             raise TypeError(f"tokenize expects tf.string scalars or dict elements; received {spec}")
         if key not in spec:
             raise ValueError(f"Unknown key {key!r} in tokenize. Available keys: {sorted(spec)}")
-        if spec[key].dtype != tf.string or spec[key].shape.rank != 0:
-            raise ValueError(f"tokenize(key={key!r}) needs a tf.string scalar feature; "
-                             f"received {spec[key]}")
+        if (not isinstance(spec[key], tf.TensorSpec) or spec[key].dtype != tf.string
+                or spec[key].shape.rank not in (0, 1)):
+            raise ValueError(f"tokenize(key={key!r}) needs a tf.string scalar feature (or [n] "
+                             f"in batched dicts); received {spec[key]}")
 
         def map_batch(batch):
             batch = dict(batch)
             batch[key] = to_ids(batch[key])
             return batch
 
+        if spec[key].shape.rank == 1:  # batched dicts stay batched
+            return dataset.map(map_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=None)
         batched = dataset.ragged_batch(batch_size).map(
             map_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=None)
-        return unbatch_examples(batched)
+        return unbatch(batched)
 
     return apply
