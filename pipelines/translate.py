@@ -51,22 +51,21 @@ class Config:
 
 
 def verse_pairs(config: Config, split: str, counter: tfseq.DropCounter) -> tf.data.Dataset:
-    """``{"source": tf.string, "target": tf.string}`` pairs of one split, every drop counted."""
+    """Batches ``{"source": tf.string [n], "target": tf.string [n]}`` of one split's pairs,
+    every drop counted; vectorized, one tf.data call per batch of line pairs."""
     source_files = list(config.source_files) or [tfseq.corpus_path("kjv_en")]
     target_files = list(config.target_files) or [tfseq.corpus_path("rv1909_es")]
     counter.register("malformed", "misaligned", "empty_target", "empty_source", "other_split")
     ds = tf.data.Dataset.zip(tfseq.text_lines(source_files), tfseq.text_lines(target_files))
-    ds = ds.map(lambda source, target: {"source": source, "target": target})
     if config.max_lines:
         ds = ds.take(config.max_lines)
-    ds = ds.apply(counter.tally("lines_read"))
+    ds = ds.batch(verses.READ_BATCH)  # zipped line by line (the files may differ), then batched
+    ds = ds.apply(counter.tally("lines_read", rows=True))
     want_eval = split == "eval"
 
-    def parse(lines):
-        return verses.parse(lines["source"]), verses.parse(lines["target"])
-
-    def keep(source, target):
-        return counter.keep_if({
+    def parse_and_keep(source_lines, target_lines):
+        source, target = verses.parse(source_lines), verses.parse(target_lines)
+        keep = counter.keep_if({
             "malformed": tf.logical_not(tf.logical_and(source["ok"], target["ok"])),
             "misaligned": tf.not_equal(source["key"], target["key"]),
             "empty_target": tf.strings.regex_full_match(target["text"], r"\s*"),
@@ -74,9 +73,10 @@ def verse_pairs(config: Config, split: str, counter: tfseq.DropCounter) -> tf.da
             "other_split": tf.not_equal(verses.in_eval_split(source["key"], config.eval_percent),
                                         want_eval),
         })
+        return {"source": tf.boolean_mask(source["text"], keep),
+                "target": tf.boolean_mask(target["text"], keep)}
 
-    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).filter(keep)
-    ds = ds.map(lambda s, t: {"source": s["text"], "target": t["text"]})
+    ds = ds.map(parse_and_keep, num_parallel_calls=tf.data.AUTOTUNE)
     for key in ("source", "target"):
         ds = ds.apply(tfseq.filter_lines(key=key, max_line_bytes=config.max_line_bytes,
                                          counter=counter))
@@ -125,8 +125,10 @@ def datasets(config: Config = Config(), counters: dict | None = None):
         # The length is the max over source and target (which counts <s> and </s>).
         ds = ds.apply(tfseq.filter_by_length(max_length=config.max_length + 2, counter=counter))
         ds = ds.cache()
-        if training:
-            ds = ds.shuffle(config.shuffle_buffer, seed=config.seed, reshuffle_each_iteration=True)
+        if training:  # whole ragged batches; bucketing also shuffles inside pools, and
+            # verses.batch shuffles examples for batching="pad"
+            ds = ds.shuffle(-(-config.shuffle_buffer // verses.READ_BATCH), seed=config.seed,
+                            reshuffle_each_iteration=True)
         ds = verses.batch(ds, config, training=training)
         ds = ds.apply(stats[split].track(["source", "target"]))
 

@@ -37,7 +37,8 @@ def test_translate_counts_and_drops_the_18_empty_targets():
     counter = tfseq.DropCounter("test")
     config = dataclasses.replace(TRANSLATE_CONFIG, max_lines=0, eval_percent=0)
     pairs = translate.verse_pairs(config, "train", counter)
-    kept = pairs.reduce(0, lambda n, _: n + 1).numpy()
+    assert pairs.element_spec["source"].shape.as_list() == [None]  # batches of pairs
+    kept = pairs.reduce(0, lambda n, p: n + tf.shape(p["source"])[0]).numpy()
     drops = counter.drops()
     assert drops["empty_target"] == 18
     assert drops["misaligned"] == 0 and drops["malformed"] == 0

@@ -173,9 +173,11 @@ def _pool_batches(dataset: tf.data.Dataset, pool_size: int) -> tf.data.Dataset:
     def step(state, inputs):
         count, arrays = state
         end, batch = inputs
+        batch_parts = parts(batch)
         arrays = tuple(tf.raw_ops.TensorListPushBack(input_handle=a, tensor=p)
-                       for a, p in zip(arrays, parts(batch)))
-        count += tf.shape(parts(batch)[1 if ragged[keys[0]] else 0], out_type=tf.int64)[0]
+                       for a, p in zip(arrays, batch_parts))
+        # rows: the length of the first key's row lengths (ragged) or values (dense)
+        count += tf.shape(batch_parts[1 if ragged[keys[0]] else 0], out_type=tf.int64)[0]
         ready = (count >= pool_size) | (end & (count > 0))
         new_state = tf.cond(ready, lambda: (tf.constant(0, tf.int64), empty_arrays()),
                             lambda: (count, arrays))
@@ -482,7 +484,8 @@ def bucket_by_length(
             return batch
 
         # prefetch(1): the next pool is read, tokenized and sorted while this one's batches
-        # are consumed (two pools in memory), so the pool boundary does not stall the input.
+        # are consumed, so the pool boundary does not stall the input. Memory: up to three
+        # pools (the one being emitted, a sorted one waiting, one being gathered).
         return (pools.map(order_pool).prefetch(1).flat_map(split_pool)
                 .map(take, num_parallel_calls=tf.data.AUTOTUNE))
 

@@ -122,7 +122,7 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
         one file instead of single lines (files are then interleaved batch by batch). Every
         vectorized stage (``filter_lines``, ``tokenize``) keeps the batches, and
         ``bucket_by_length``/``pack`` take them whole: the fast path, with no tf.data call per
-        line (see "Throughput" in the README).
+        line (see "Input pipeline throughput" in the README).
 
     Returns:
       ``tf.data.Dataset`` of ``tf.string`` scalars: one line each, without ``\\n``/``\\r\\n``
