@@ -338,3 +338,37 @@ def test_batch_size_exactly_once_and_row_counts(lengths, batch_size, data):
     assert all(len(b["label"]) <= batch_size for b in out)
     pools = [lengths[i:i + pool_size] for i in range(0, len(lengths), pool_size)]
     assert len(out) == sum(-(-len(p) // batch_size) for p in pools)
+
+
+def _greedy_reference(padded, max_tokens, batch_size, multiple):
+    """(start, rows) of each batch: as many rows as fit, rounded down to ``multiple`` unless
+    they are the last ones."""
+    out, start = [], 0
+    while start < len(padded):
+        remaining = len(padded) - start
+        if max_tokens is None:
+            rows = min(batch_size, remaining)
+        else:
+            rows = 1
+            while (rows < remaining
+                   and (rows + 1) * max(padded[start:start + rows + 1]) <= max_tokens):
+                rows += 1
+            if rows < remaining:
+                rows = rows // multiple * multiple
+        out.append((start, rows))
+        start += rows
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(1, 10), max_size=40), multiple=st.sampled_from([1, 2, 4]),
+       budget_factor=st.integers(1, 4), sort=st.booleans())
+def test_greedy_cut_matches_a_reference(lengths, multiple, budget_factor, sort):
+    from tfseq.bucketing import _cut
+
+    padded = sorted(lengths, reverse=True) if sort else lengths
+    max_tokens = 10 * multiple * budget_factor
+    starts, sizes = _cut(tf.constant(padded, tf.int32), max_tokens, None, multiple,
+                         descending=sort)
+    assert list(zip(starts.numpy().tolist(), sizes.numpy().tolist())) == _greedy_reference(
+        padded, max_tokens, None, multiple)
