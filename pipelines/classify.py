@@ -198,6 +198,7 @@ def datasets(config: Config = Config(), counters: dict | None = None):
         else:
             ds = ds.map(lambda b: ({"ids": b["ids"]}, b["label"]))
         out[split] = ds.prefetch(tf.data.AUTOTUNE)
+    out = {k: v.with_options(tfseq.pipeline_options()) for k, v in out.items()}
     info = {"vocab": vocab, "num_classes": len(SECTION_NAMES), "class_names": SECTION_NAMES,
             "counters": counters, "stats": stats}
     return out["train"], out["eval"], info

@@ -138,5 +138,6 @@ def datasets(config: Config = Config(), counters: dict | None = None):
             return {"ids": inputs, "ids_length": lengths}, targets, weights
 
         out[split] = ds.map(to_model).prefetch(tf.data.AUTOTUNE)
+    out = {k: v.with_options(tfseq.pipeline_options()) for k, v in out.items()}
     info = {"vocab": vocab, "counters": counters, "stats": stats}
     return out["train"], out["eval"], info

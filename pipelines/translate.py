@@ -140,6 +140,7 @@ def datasets(config: Config = Config(), counters: dict | None = None):
             return features, targets, weights
 
         out[split] = ds.map(to_model).prefetch(tf.data.AUTOTUNE)
+    out = {k: v.with_options(tfseq.pipeline_options()) for k, v in out.items()}
     info = {"source_vocab": source_vocab, "target_vocab": target_vocab, "vocab": target_vocab,
             "bos_id": BOS_ID, "eos_id": EOS_ID, "max_length": config.max_length + 1,
             "counters": counters, "stats": stats}

@@ -40,6 +40,8 @@ flags.DEFINE_integer("copies", 8, "Read each file this many times (as that many 
                      "files): a stream several bucketing pools long, so the rate is the steady "
                      "state and not one pool's fill-then-drain.")
 flags.DEFINE_integer("epochs", 1, "Epochs per timed pass (repeat).")
+flags.DEFINE_boolean("map_fusion", True, "tfseq.pipeline_options() (map fusion) on every "
+                     "graph feed.")
 flags.DEFINE_integer("read_batch", 512, "Lines per batch on the batched path.")
 flags.DEFINE_integer("shuffle_batches", 64, "Shuffle buffer, in line batches (x read_batch "
                      "examples on the per-example path).")
@@ -100,6 +102,10 @@ def graph_timer(ds, count):
     import tensorflow as tf
 
     ds = ds.repeat(FLAGS.epochs)
+    if FLAGS.map_fusion:
+        import tfseq
+
+        ds = ds.with_options(tfseq.pipeline_options())
 
     def run():
         start = time.perf_counter()
@@ -202,6 +208,7 @@ def main(argv):
             json.dump({"files": files, "flags": {"max_tokens": FLAGS.max_tokens,
                                                  "epochs": FLAGS.epochs,
                                                  "copies": FLAGS.copies,
+                                                 "map_fusion": FLAGS.map_fusion,
                                                  "read_batch": FLAGS.read_batch,
                                                  "max_length": FLAGS.max_length,
                                                  "batch_size": FLAGS.batch_size},

@@ -47,13 +47,17 @@ flags.DEFINE_string("trace_dir", None, "Write a profiler trace of the full pipel
 flags.DEFINE_boolean("autotune", True, "tf.data.Options.autotune.enabled.")
 flags.DEFINE_integer("private_threadpool_size", 0, "tf.data threading (0: the default pool).")
 flags.DEFINE_boolean("deterministic", True, "tf.data.Options.deterministic.")
+flags.DEFINE_boolean("map_fusion", True, "tf.data map fusion (tfseq.pipeline_options()).")
 flags.DEFINE_string("json_out", None, "Write the table here as JSON.")
 
 
 def options():
     import tensorflow as tf
 
-    opts = tf.data.Options()
+    import tfseq
+
+    opts = tfseq.pipeline_options()
+    opts.experimental_optimization.map_fusion = FLAGS.map_fusion
     opts.autotune.enabled = FLAGS.autotune
     opts.deterministic = FLAGS.deterministic
     if FLAGS.private_threadpool_size:
@@ -190,6 +194,7 @@ def main(argv):
               f"{r['ms_per_1k_examples']:9.2f} {r['stage_ms_per_1k']:+10.2f}{mark}")
     opts = options()
     print(f"\ntf.data options: autotune={opts.autotune.enabled} deterministic={opts.deterministic} "
+          f"map_fusion={opts.experimental_optimization.map_fusion} "
           f"private_threadpool_size={opts.threading.private_threadpool_size or 'default'}; "
           f"{os.cpu_count()} CPUs; drops: {counter.drops()}")
     final = rows[-1]

@@ -12,7 +12,7 @@ from tfseq.reading import text_lines
 from tfseq.text import Vocab, tokenize
 from tfseq.filtering import filter_by_length, filter_lines
 from tfseq.batching import pad_batch
-from tfseq._common import unbatch
+from tfseq._common import pipeline_options, unbatch
 from tfseq.stats import BatchStats, DropCounter, default_counter, step_efficiency
 from tfseq.corpus import corpus_path
 
