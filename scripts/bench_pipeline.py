@@ -16,9 +16,11 @@ Feeds of the same lines, each run for whole epochs, in real (non-pad) tokens per
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -160,6 +162,7 @@ def main(argv):
     vocab = tfseq.Vocab.build(texts, min_count=1)
     if FLAGS.copies > 1:
         copies_dir = tempfile.mkdtemp(prefix="bench_pipeline_")
+        atexit.register(shutil.rmtree, copies_dir, ignore_errors=True)
         copies = []
         for i in range(FLAGS.copies):
             for path in files:
