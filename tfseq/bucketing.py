@@ -56,10 +56,12 @@ import numpy as np
 import tensorflow as tf
 
 from tfseq._common import (LENGTH_SUFFIX, Transform, batch_lengths, check_positive_int,
-                           example_keys)
+                           example_keys, mark_last)
 from tfseq.stats import DropCounter, resolve_counter
 
-DEFAULT_POOL_SIZE = 32768
+DEFAULT_POOL_SIZE = 32768      # examples per pool with a fixed batch_size
+DEFAULT_POOL_BUDGETS = 128     # budgets' worth of tokens per pool with max_tokens
+_EXAMPLES_PER_CHUNK = 256      # per-example input is batched this much before pooling
 
 
 def fit_boundaries(lengths, num_buckets: int) -> list[int]:
@@ -128,69 +130,49 @@ def _unwrap_flat_ragged(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset
 
 
-def _pool_batches(dataset: tf.data.Dataset, pool_size: int) -> tf.data.Dataset:
-    """Ragged batches of examples -> pools of whole batches, each closed as soon as it holds
-    ``pool_size`` examples or more (the last pool of a finite stream may hold fewer).
+class _PoolArrays:
+    """The flat arrays a pool is kept in while it fills: per key, a tensor list of the batches'
+    flat values and (ragged keys) one of their int32 row lengths.
 
-    A ``scan`` appends each batch's flat values and row lengths to tensor lists (amortized
-    O(1), no copy of the pool so far) and hands the arrays on when the pool is full; the pool
-    is then concatenated once. Costs one tf.data call per batch: ``Dataset.rebatch`` would give
-    exact pools, but it encodes every ragged row as a variant (~2 us per example).
-
-    Returns:
-      A dataset of dicts with the input's keys: sequence features int ``RaggedTensor
-      [W, (T)]`` with int32 row splits, the other features ``[W]``.
+    Appending a batch is amortized O(1) (no copy of the pool so far); the pool is
+    concatenated once, when it closes. Shapes: W = rows in the pool.
     """
-    spec = dataset.element_spec
-    keys = sorted(spec)
-    ragged = {k: isinstance(spec[k], tf.RaggedTensorSpec) for k in keys}
 
-    def parts(batch):
+    def __init__(self, spec):
+        self.keys = sorted(spec)
+        self.spec = spec
+        self.ragged = {k: isinstance(spec[k], tf.RaggedTensorSpec) for k in self.keys}
+        self.dtypes = []
+        for k in self.keys:
+            self.dtypes += [spec[k].dtype, tf.int32] if self.ragged[k] else [spec[k].dtype]
+
+    def parts(self, batch) -> list[tf.Tensor]:
+        """A ragged batch (or pool) -> its flat arrays, in ``dtypes`` order."""
         out = []
-        for k in keys:
-            if ragged[k]:
+        for k in self.keys:
+            if self.ragged[k]:
                 out += [batch[k].flat_values, tf.cast(batch[k].row_lengths(), tf.int32)]
             else:
                 out.append(batch[k])
         return out
 
-    dtypes = []
-    for k in keys:
-        dtypes += [spec[k].dtype, tf.int32] if ragged[k] else [spec[k].dtype]
-
-    def empty_arrays():
+    def empty(self) -> tuple:
         return tuple(tf.raw_ops.EmptyTensorList(element_shape=[-1], max_num_elements=-1,
-                                                element_dtype=d) for d in dtypes)
+                                                element_dtype=d) for d in self.dtypes)
 
-    def empty_batch():
-        batch = {}
-        for k in keys:
-            zeros = tf.zeros([0], spec[k].dtype)
-            batch[k] = (tf.RaggedTensor.from_row_lengths(
-                zeros, tf.zeros([0], spec[k].row_splits_dtype)) if ragged[k] else zeros)
-        return batch
+    def push(self, arrays, batch) -> tuple:
+        return tuple(tf.raw_ops.TensorListPushBack(input_handle=a, tensor=p)
+                     for a, p in zip(arrays, self.parts(batch)))
 
-    def step(state, inputs):
-        count, arrays = state
-        end, batch = inputs
-        batch_parts = parts(batch)
-        arrays = tuple(tf.raw_ops.TensorListPushBack(input_handle=a, tensor=p)
-                       for a, p in zip(arrays, batch_parts))
-        # rows: the length of the first key's row lengths (ragged) or values (dense)
-        count += tf.shape(batch_parts[1 if ragged[keys[0]] else 0], out_type=tf.int64)[0]
-        ready = (count >= pool_size) | (end & (count > 0))
-        new_state = tf.cond(ready, lambda: (tf.constant(0, tf.int64), empty_arrays()),
-                            lambda: (count, arrays))
-        return new_state, (ready, arrays)
-
-    def assemble(ready, arrays):
-        del ready
+    def assemble(self, arrays) -> dict:
+        """The lists -> one pool: ragged keys int ``RaggedTensor [W, (T)]`` (int32 splits),
+        the other keys ``[W]``."""
         flat = [tf.raw_ops.TensorListConcatV2(
             input_handle=a, element_shape=[-1], leading_dims=tf.zeros([0], tf.int64),
-            element_dtype=d)[0] for a, d in zip(arrays, dtypes)]
+            element_dtype=d)[0] for a, d in zip(arrays, self.dtypes)]
         pool, i = {}, 0
-        for k in keys:
-            if ragged[k]:
+        for k in self.keys:
+            if self.ragged[k]:
                 pool[k] = tf.RaggedTensor.from_row_lengths(flat[i], flat[i + 1], validate=False)
                 i += 2
             else:
@@ -198,13 +180,8 @@ def _pool_batches(dataset: tf.data.Dataset, pool_size: int) -> tf.data.Dataset:
                 i += 1
         return pool
 
-    plain = tf.autograph.experimental.do_not_convert
-    tagged = dataset.map(plain(lambda batch: (tf.constant(False), batch)))
-    last = tf.data.Dataset.from_tensors((tf.constant(True), empty_batch()))
-    return (tagged.concatenate(last)
-            .scan((tf.constant(0, tf.int64), empty_arrays()), plain(step))
-            .filter(plain(lambda ready, arrays: ready))
-            .map(plain(assemble)))
+    def empty_pool(self) -> dict:
+        return self.assemble(self.empty())
 
 
 def _bucket_upper(lengths: tf.Tensor, boundaries, bucket_width, max_length) -> tf.Tensor:
@@ -284,6 +261,7 @@ def bucket_by_length(
     pad_to_boundary: bool = False,
     length_noise: float = 0.0,
     pool_size: int | None = None,
+    pool_tokens: int | None = None,
     shuffle: bool = True,
     seed: int | None = None,
     counter: DropCounter | None = None,
@@ -360,6 +338,7 @@ def bucket_by_length(
     check_positive_int("max_length", max_length, allow_none=True)
     check_positive_int("batch_multiple", batch_multiple)
     check_positive_int("pool_size", pool_size, allow_none=True)
+    check_positive_int("pool_tokens", pool_tokens, allow_none=True)
     if boundaries is not None and bucket_width is not None:
         raise ValueError(
             "Give at most one of boundaries and bucket_width; received "
@@ -390,14 +369,17 @@ def bucket_by_length(
         raise TypeError(f"length_noise must be a float; received length_noise={length_noise!r}")
     if not 0.0 <= length_noise < 1.0:
         raise ValueError(f"length_noise must be in [0, 1); received length_noise={length_noise!r}")
-    if pool_size is None:
-        pool_size = max(DEFAULT_POOL_SIZE, 64 * (batch_size or 0))
-        pool_size = -(-pool_size // batch_multiple) * batch_multiple
-    if pool_size % batch_multiple:
+    if pool_size is None and pool_tokens is None:
+        if max_tokens is not None:
+            pool_tokens = DEFAULT_POOL_BUDGETS * max_tokens
+        else:
+            pool_size = max(DEFAULT_POOL_SIZE, 64 * batch_size)
+            pool_size = -(-pool_size // batch_multiple) * batch_multiple
+    if pool_size is not None and pool_size % batch_multiple:
         raise ValueError(
             f"pool_size must be a multiple of batch_multiple={batch_multiple}; "
             f"received pool_size={pool_size}")
-    if batch_size is not None and pool_size < batch_size:
+    if batch_size is not None and pool_size is not None and pool_size < batch_size:
         raise ValueError(
             f"pool_size must be at least batch_size={batch_size}; received pool_size={pool_size}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -415,48 +397,90 @@ def bucket_by_length(
             return _bucket_upper(lengths, boundaries, bucket_width, max_length)
         return tf.maximum(lengths, 1)
 
+    def order_pool(lengths, pool_seed, keep):
+        """Sort and cut one pool.
+
+        Args:
+          lengths: int32 [W], each example's length; pool_seed: int64 scalar.
+          keep: bool [W] or None, false on the examples dropped as too long.
+
+        Returns:
+          (order int32 [K] indices of the kept examples in batch order, starts int32 [N],
+          sizes int32 [N]): the greedy cut of ``order``, in pool order (not yet shuffled).
+        """
+        seed_a = tf.stack([pool_seed, tf.constant(1, tf.int64)])
+        seed_b = tf.stack([pool_seed, tf.constant(2, tf.int64)])
+        order = tf.range(tf.size(lengths))
+        if shuffle:
+            order = tf.argsort(tf.random.stateless_uniform(tf.shape(lengths), seed=seed_a))
+        key = _sort_key(tf.gather(lengths, order), boundaries, bucket_width, length_noise,
+                        seed_b)
+        if keep is not None:  # dropped examples sort last (keys are >= 0) and are cut off
+            key = tf.where(tf.gather(keep, order), key, -1.0)
+        order = tf.gather(order, tf.argsort(key, direction="DESCENDING", stable=True))
+        if keep is not None:
+            order = order[:tf.reduce_sum(tf.cast(keep, tf.int32))]
+        starts, sizes = _cut(padded_length(tf.gather(lengths, order)), max_tokens,
+                             batch_size, batch_multiple, descending=sorted_by_length)
+        return order, starts, sizes
+
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
         dataset = _unwrap_flat_ragged(dataset)
         keys, batched = example_keys(dataset.element_spec, "bucket_by_length")
-        if batched:
-            pools = _pool_batches(dataset, pool_size)
-        else:
-            pools = dataset.ragged_batch(pool_size, row_splits_dtype=tf.int32)
+        if not batched:  # examples -> small ragged batches; one code path from here on
+            dataset = dataset.ragged_batch(_EXAMPLES_PER_CHUNK, row_splits_dtype=tf.int32)
+            dataset = dataset.map(lambda b: {k: (tf.RaggedTensor.from_tensor(
+                v, row_splits_dtype=tf.int32) if k in keys and not isinstance(
+                    v, tf.RaggedTensor) else v) for k, v in b.items()})
+        arrays = _PoolArrays(dataset.element_spec)
         if randomized:
             seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
         else:
             seeds = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
-        pools = tf.data.Dataset.zip(pools, seeds)
+        stream = mark_last(tf.data.Dataset.zip(dataset, seeds))
+        zero = tf.constant(0, tf.int64)
+        no_batches = tf.zeros([0], tf.int32)
 
-        def order_pool(pool, pool_seed):
-            pool = dict(pool)
-            for key in keys:
-                if not isinstance(pool[key], tf.RaggedTensor):
-                    pool[key] = tf.RaggedTensor.from_tensor(pool[key], row_splits_dtype=tf.int32)
+        def close_pool(lists, pool_seed, is_last):
+            """Sorts and cuts the full pool; every batch but the last (the pool's
+            under-filled tail) is emitted, the tail starts the next pool (all of it at the end
+            of the stream). Returns (output, next state)."""
+            pool = arrays.assemble(lists)
             lengths = batch_lengths(pool, keys)
             keep = None
             if max_length is not None:  # one counter update per pool, not a call per example
                 keep = counter.keep_if({"too_long": lengths > max_length})
-            seed_a = tf.stack([pool_seed, tf.constant(1, tf.int64)])
-            seed_b = tf.stack([pool_seed, tf.constant(2, tf.int64)])
-            order = tf.range(tf.size(lengths))
-            if shuffle:
-                order = tf.argsort(tf.random.stateless_uniform(tf.shape(lengths), seed=seed_a))
-            key = _sort_key(tf.gather(lengths, order), boundaries, bucket_width, length_noise,
-                            seed_b)
-            if keep is not None:  # dropped examples sort last (keys are >= 0) and are cut off
-                key = tf.where(tf.gather(keep, order), key, -1.0)
-            order = tf.gather(order, tf.argsort(key, direction="DESCENDING", stable=True))
-            if keep is not None:
-                order = order[:tf.reduce_sum(tf.cast(keep, tf.int32))]
-            starts, sizes = _cut(padded_length(tf.gather(lengths, order)), max_tokens,
-                                 batch_size, batch_multiple, descending=sorted_by_length)
-            if shuffle:
-                batch_order = tf.argsort(
-                    tf.random.stateless_uniform(tf.shape(starts), seed=seed_a[::-1]))
+            order, starts, sizes = order_pool(lengths, pool_seed, keep)
+            full = tf.maximum(tf.size(starts) - 1, 0)  # batches before the tail
+            emit = tf.where(is_last, tf.size(starts), full)
+            carried = order[tf.reduce_sum(sizes[:emit]):]
+            tail = {k: tf.gather(v, carried) for k, v in pool.items()}
+            tail_tokens = tf.reduce_sum(tf.cast(tf.maximum(tf.gather(lengths, carried), 1),
+                                                tf.int64))
+            state = (tf.size(carried, out_type=tf.int64), tail_tokens,
+                     arrays.push(arrays.empty(), tail))
+            if shuffle:  # the batches before the tail; at the end the tail comes last
+                batch_order = tf.argsort(tf.random.stateless_uniform(
+                    [full], seed=tf.stack([tf.constant(1, tf.int64), pool_seed])))
+                batch_order = tf.concat([batch_order, tf.range(full, tf.size(starts))], 0)
                 starts, sizes = tf.gather(starts, batch_order), tf.gather(sizes, batch_order)
-            # The pool stays in input order: each batch gathers its own rows (in parallel).
-            return pool, order, starts, sizes
+            return (pool, order, starts[:emit], sizes[:emit]), state
+
+        def step(state, inputs):
+            rows, tokens, lists = state
+            is_last, (batch, pool_seed) = inputs
+            lists = arrays.push(lists, batch)
+            lengths = batch_lengths(batch, keys)
+            rows += tf.size(lengths, out_type=tf.int64)
+            tokens += tf.reduce_sum(tf.cast(tf.maximum(lengths, 1), tf.int64))
+            ready = is_last | (tokens >= pool_tokens if pool_tokens else False)
+            if pool_size is not None:
+                ready |= rows >= pool_size
+            output, state = tf.cond(
+                ready, lambda: close_pool(lists, pool_seed, is_last),
+                lambda: ((arrays.empty_pool(), no_batches, no_batches, no_batches),
+                         (rows, tokens, lists)))
+            return state, output
 
         def split_pool(pool, order, starts, sizes):
             return tf.data.Dataset.zip(tf.data.Dataset.from_tensors((pool, order)).repeat(),
@@ -483,10 +507,13 @@ def bucket_by_length(
                     batch[k] = v
             return batch
 
-        # prefetch(1): the next pool is read, tokenized and sorted while this one's batches
-        # are consumed, so the pool boundary does not stall the input. Memory: up to three
-        # pools (the one being emitted, a sorted one waiting, one being gathered).
-        return (pools.map(order_pool).prefetch(1).flat_map(split_pool)
+        plain = tf.autograph.experimental.do_not_convert
+        # prefetch(1) after the pools: the next pool is read, tokenized and sorted while this
+        # one's batches are consumed. Memory: up to three pools (the one being emitted, a
+        # sorted one waiting, one filling) plus one carried tail.
+        return (stream.scan((zero, zero, arrays.empty()), plain(step))
+                .filter(plain(lambda pool, order, starts, sizes: tf.size(starts) > 0))
+                .prefetch(1).flat_map(split_pool)
                 .map(take, num_parallel_calls=tf.data.AUTOTUNE))
 
     return apply
