@@ -62,6 +62,8 @@ from tfseq.stats import DropCounter, resolve_counter
 DEFAULT_POOL_SIZE = 32768      # examples per pool with a fixed batch_size
 DEFAULT_POOL_BUDGETS = 128     # budgets' worth of tokens per pool with max_tokens
 _EXAMPLES_PER_CHUNK = 256      # per-example input is batched this much before pooling
+_CARRY_FILL = 0.9              # batches filling less of their cells wait for the next pool
+_CARRY_BUDGETS = 8             # ... up to this many budgets of cells
 
 
 def fit_boundaries(lengths, num_buckets: int) -> list[int]:
@@ -442,29 +444,59 @@ def bucket_by_length(
         no_batches = tf.zeros([0], tf.int32)
 
         def close_pool(lists, pool_seed, is_last):
-            """Sorts and cuts the full pool; every batch but the last (the pool's
-            under-filled tail) is emitted, the tail starts the next pool (all of it at the end
-            of the stream). Returns (output, next state)."""
+            """Sorts and cuts the full pool; emits its batches but the under-filled ones
+            (``choose_carried``), which start the next pool. At the end of the stream every
+            batch is emitted, the tail last. Returns (output, next state)."""
             pool = arrays.assemble(lists)
             lengths = batch_lengths(pool, keys)
             keep = None
             if max_length is not None:  # one counter update per pool, not a call per example
                 keep = counter.keep_if({"too_long": lengths > max_length})
             order, starts, sizes = order_pool(lengths, pool_seed, keep)
-            full = tf.maximum(tf.size(starts) - 1, 0)  # batches before the tail
-            emit = tf.where(is_last, tf.size(starts), full)
-            carried = order[tf.reduce_sum(sizes[:emit]):]
+            batch_of = tf.repeat(tf.range(tf.size(starts)), sizes)  # [K] batch of each row
+            carry = choose_carried(tf.gather(lengths, order), batch_of, sizes)
+            carry &= tf.logical_not(is_last)
+            carried = tf.boolean_mask(order, tf.gather(carry, batch_of))
             tail = {k: tf.gather(v, carried) for k, v in pool.items()}
             tail_tokens = tf.reduce_sum(tf.cast(tf.maximum(tf.gather(lengths, carried), 1),
                                                 tf.int64))
             state = (tf.size(carried, out_type=tf.int64), tail_tokens,
                      arrays.push(arrays.empty(), tail))
-            if shuffle:  # the batches before the tail; at the end the tail comes last
-                batch_order = tf.argsort(tf.random.stateless_uniform(
-                    [full], seed=tf.stack([tf.constant(1, tf.int64), pool_seed])))
-                batch_order = tf.concat([batch_order, tf.range(full, tf.size(starts))], 0)
+            emitted = tf.logical_not(carry)
+            if shuffle:  # random order; at the end of the stream the last batch comes last
+                last = tf.equal(tf.range(tf.size(starts)), tf.size(starts) - 1)
+                noise = tf.random.stateless_uniform(
+                    tf.shape(starts), seed=tf.stack([tf.constant(1, tf.int64), pool_seed]))
+                batch_order = tf.argsort(tf.where(last, 2.0, noise))
                 starts, sizes = tf.gather(starts, batch_order), tf.gather(sizes, batch_order)
-            return (pool, order, starts[:emit], sizes[:emit]), state
+                emitted = tf.gather(emitted, batch_order)
+            starts, sizes = tf.boolean_mask(starts, emitted), tf.boolean_mask(sizes, emitted)
+            return (pool, order, starts, sizes), state
+
+        def choose_carried(ordered_lengths, batch_of, sizes):
+            """bool [N]: the batches that wait for the next pool instead of going out now.
+
+            The pool's last batch (the remainder of its shortest bucket) always waits, so
+            every batch but the stream's last is full and a multiple of ``batch_multiple``.
+            With a token budget, so do the batches that fill less than ``_CARRY_FILL`` of
+            their cells with real tokens (lengths too sparse in this pool to fill a batch
+            evenly), worst first, up to ``_CARRY_BUDGETS`` budgets of cells: with the next
+            pool's examples they sort into fuller batches.
+            """
+            num = tf.size(sizes)
+            last = tf.equal(tf.range(num), num - 1)
+            if max_tokens is None:
+                return last
+            width = tf.math.segment_max(padded_length(ordered_lengths), batch_of)
+            real = tf.math.segment_sum(ordered_lengths, batch_of)
+            cells = sizes * width
+            fill = tf.cast(real, tf.float32) / tf.cast(tf.maximum(cells, 1), tf.float32)
+            priority = tf.where(last, -1.0, tf.where(fill < _CARRY_FILL, fill, 2.0))
+            worst_first = tf.argsort(priority, stable=True)
+            within_cap = tf.cumsum(tf.gather(cells, worst_first)) <= _CARRY_BUDGETS * max_tokens
+            chosen = (tf.gather(priority, worst_first) < 2.0) & (
+                within_cap | tf.equal(tf.range(num), 0))
+            return tf.scatter_nd(worst_first[:, None], chosen, [num])
 
         def step(state, inputs):
             rows, tokens, lists = state
