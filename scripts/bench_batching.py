@@ -220,7 +220,7 @@ def measure(dataset) -> tuple[np.ndarray, float, float]:
 def main(argv):
     del argv
     if FLAGS.synthetic != "none":
-        source = f"synthetic {FLAGS.synthetic}, {FLAGS.synthetic_size} examples, seed {FLAGS.seed}"
+        source = f"synthetic {FLAGS.synthetic}, seed {FLAGS.seed}"
         examples = synthetic_corpus(FLAGS.synthetic, FLAGS.synthetic_size, FLAGS.seed)
     else:
         source = f"{','.join(os.path.relpath(f) for f in FLAGS.files)} field {FLAGS.field}"

@@ -2,11 +2,15 @@
 
 Shapes: B = batch (rows), T = time (tokens), W = pool size (examples).
 
-How it batches (pool, sort, split, shuffle), all in the tf.data graph:
+How it batches (pool, sort, split, carry, shuffle), all in the tf.data graph:
 
-1. The stream is cut into pools of ``pool_size`` consecutive examples (``ragged_batch``);
-   input that is ragged batches of examples already is pooled whole batches at a time, a
-   pool closing once it holds ``pool_size`` examples or more.
+1. The stream is gathered into pools of consecutive examples, whole input batches at a time
+   (input of single examples is first batched ``ragged_batch(256)``). With a token budget a
+   pool closes once it holds ``pool_tokens`` tokens (default ``DEFAULT_POOL_BUDGETS``
+   budgets' worth, so a pool holds about that many batches whatever the lengths); with a
+   fixed ``batch_size``, or when ``pool_size`` is given, once it holds ``pool_size``
+   examples. The end of the input closes the last pool (found by looking one input batch
+   ahead, so it also works on each worker of the ``tf.data`` service).
 2. Examples longer than ``max_length`` are dropped and counted under ``"too_long"`` (one
    vectorized counter update per pool).
 3. Each pool is ordered longest bucket first; inside a bucket the order is random (seeded).
@@ -17,7 +21,13 @@ How it batches (pool, sort, split, shuffle), all in the tf.data graph:
    example of the batch (or its bucket boundary with ``pad_to_boundary``), with the row count
    rounded down to ``batch_multiple``. A batch may run past the end of a bucket into the next,
    shorter one; that is what stops every bucket from leaving a part-filled batch behind.
-5. The batches of a pool are emitted in a random (seeded) order.
+5. The pool's last batch (the remainder of its shortest bucket) is not emitted: its examples
+   start the next pool. With a budget, so are the batches that fill less than 90% of their
+   cells (lengths too sparse in this pool), worst first, up to 8 budgets' worth. Only the
+   end of the stream emits a part-filled batch, so every batch but the last has a multiple
+   of ``batch_multiple`` rows, and the pools lose no step to their tails.
+6. The other batches of a pool are emitted in a random (seeded) order; at the end of the
+   stream the last batch comes last.
 
 Worked example: lengths 1..10 in this order, ``boundaries=[3, 7, 11]``, ``max_tokens=20``,
 ``shuffle=False`` (input order kept inside a bucket, batches emitted longest first), one pool.
@@ -60,7 +70,7 @@ from tfseq._common import (LENGTH_SUFFIX, Transform, batch_lengths, check_positi
 from tfseq.stats import DropCounter, resolve_counter
 
 DEFAULT_POOL_SIZE = 32768      # examples per pool with a fixed batch_size
-DEFAULT_POOL_BUDGETS = 128     # budgets' worth of tokens per pool with max_tokens
+DEFAULT_POOL_BUDGETS = 256     # budgets' worth of tokens per pool with max_tokens
 _EXAMPLES_PER_CHUNK = 256      # per-example input is batched this much before pooling
 _CARRY_FILL = 0.9              # batches filling less of their cells wait for the next pool
 _CARRY_BUDGETS = 8             # ... up to this many budgets of cells
@@ -272,8 +282,9 @@ def bucket_by_length(
 
     See the module docstring for the algorithm and a worked example. Every example is emitted
     exactly once per pass, or dropped and counted under ``"too_long"``. Works on infinite
-    (repeated) datasets; memory is one pool of ``pool_size`` examples plus its batches.
-    Shuffle the examples upstream: a pool is ``pool_size`` consecutive examples of the stream.
+    (repeated) datasets and on the ``tf.data`` service. Memory: up to three pools (one
+    filling, one sorted and waiting, one being emitted) plus a carried tail of at most 8
+    budgets. Shuffle the examples upstream: a pool is a run of consecutive examples.
 
     Args:
       max_tokens: int, the budget of cells per batch: rows x padded length <= max_tokens for
@@ -296,9 +307,13 @@ def bucket_by_length(
       length_noise: float in [0, 1): each example is bucketed by ``length * (1 + u * noise)``,
         u uniform in [-1, 1), so examples of nearby lengths also meet in a batch. Budgets
         always use the true lengths.
-      pool_size: int, examples sorted together (a multiple of ``batch_multiple``). Larger
-        pools waste fewer steps and cost memory and start-up time. Defaults to 32768 (and at
-        least 64 batches with ``batch_size``).
+      pool_size: int, a pool closes once it holds this many examples (a multiple of
+        ``batch_multiple``). Defaults to 32768 (and at least 64 batches) with ``batch_size``,
+        and to no example cap with ``max_tokens``.
+      pool_tokens: int, a pool closes once it holds this many tokens. Defaults to
+        ``DEFAULT_POOL_BUDGETS * max_tokens`` when neither pool argument is given. Larger
+        pools sort closer to a global sort (fewer steps) and cost memory, start-up time and
+        some randomness of the batches.
       shuffle: bool, randomize the order inside a bucket and the order of a pool's batches.
         ``False`` keeps the input order inside a bucket and emits longest first.
       seed: int, makes the order deterministic (a new order each pass over the dataset, the
@@ -435,11 +450,11 @@ def bucket_by_length(
                 v, row_splits_dtype=tf.int32) if k in keys and not isinstance(
                     v, tf.RaggedTensor) else v) for k, v in b.items()})
         arrays = _PoolArrays(dataset.element_spec)
-        if randomized:
+        if randomized:  # one seed per input batch: new orders each pass over the data
             seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
-        else:
-            seeds = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
-        stream = mark_last(tf.data.Dataset.zip(dataset, seeds))
+            stream = mark_last(tf.data.Dataset.zip(dataset, seeds))
+        else:  # no second source to zip (on the tf.data service every source is split)
+            stream = mark_last(dataset.map(lambda b: (b, tf.constant(0, tf.int64))))
         zero = tf.constant(0, tf.int64)
         no_batches = tf.zeros([0], tf.int32)
 
