@@ -90,13 +90,13 @@ def test_bucketing_ragged_batches_equals_examples_when_one_pool():
 
 def test_bucketing_pools_whole_ragged_batches_until_pool_size():
     # batches of 3 rows, pool_size 4: the first pool {1..6} closes at 6 >= 4 and is cut
-    # [6] [5] [4 3] [2 1]; its under-filled tail [2 1] is carried into the second pool
-    # {2, 1, 7, 8}, which the end of the stream closes: [8] [7] [2 1]. Without shuffling each
-    # pool's batches come out longest first.
+    # [6] [5] [4 3] [2 1]; its last batch [2 1] and [4 3] (7 of 8 cells real, under 90%)
+    # start the second pool {4, 3, 2, 1, 7, 8}, which the end of the stream closes:
+    # [8] [7] [4 3] [2 1]. Without shuffling each pool's batches come out longest first.
     lengths = [1, 2, 3, 4, 5, 6, 7, 8]
     ds = _examples(lengths).batch(3)
     out = to_list(ds.apply(tfseq.bucket_by_length(max_tokens=8, pool_size=4, shuffle=False)))
-    assert [b["ids_length"] for b in out] == [[6], [5], [4, 3], [8], [7], [2, 1]]
+    assert [b["ids_length"] for b in out] == [[6], [5], [8], [7], [4, 3], [2, 1]]
 
 
 @pytest.mark.parametrize("seed", [None, 5])
