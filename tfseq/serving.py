@@ -223,6 +223,11 @@ def _padded(ids: tf.RaggedTensor):
     return ids.to_tensor(PAD_ID), tf.cast(ids.row_lengths(), tf.int32)
 
 
+def _at_least_one_step(ids: tf.Tensor) -> tf.Tensor:
+    """int32 [B, T] -> [B, max(T, 1)]: a batch of empty lines still gives the model a step."""
+    return tf.pad(ids, [[0, 0], [0, 1 - tf.minimum(tf.shape(ids)[1], 1)]])
+
+
 class _Served(tf.Module):
     """Common parts: the encoder, the policy, the ``encode`` function."""
 
@@ -261,6 +266,7 @@ class ServedClassifier(_Served):
 
     def _predict(self, ids, lengths, valid):
         # Rows with no tokens run as one <unk> (their output is replaced anyway).
+        ids = _at_least_one_step(ids)
         ids = tf.where((lengths == 0)[:, None] & (tf.range(tf.shape(ids)[1]) == 0)[None, :],
                        UNK_ID, ids)
         probabilities = tf.nn.softmax(self.model_fn(ids, tf.maximum(lengths, 1)), axis=-1)
@@ -273,7 +279,6 @@ class ServedClassifier(_Served):
     def serve(self, text):
         encoded = self._encode(text)
         padded, lengths = _padded(encoded["ids"])
-        padded = tf.pad(padded, [[0, 0], [0, 1 - tf.minimum(tf.shape(padded)[1], 1)]])
         return self._predict(padded, lengths, self._valid(lengths, encoded["truncated"], 1))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
@@ -350,6 +355,7 @@ class ServedTranslator(_Served):
     def _predict(self, source, lengths):
         valid = lengths >= 1
         lengths = tf.maximum(lengths, 1)
+        source = _at_least_one_step(source)
         rows = tf.shape(source)[0]
         memory, state = self.encode_fn(source, lengths)
         token = tf.fill([rows, 1], BOS_ID)
