@@ -180,6 +180,7 @@ def export_run(model_dir: str, task: str, config, model, info: dict,
         serving.save(module, export_dir, meta)
     finally:
         shutil.rmtree(asset_dir, ignore_errors=True)
+    print(f"Served model ({task}, input `{meta['input']}`): {export_dir}")
     return export_dir
 
 
@@ -191,8 +192,7 @@ def main(argv):
     except (FileNotFoundError, ValueError) as e:
         raise app.UsageError(str(e))
     model, info = restore_model(FLAGS.model_dir, task, config)
-    path = export_run(FLAGS.model_dir, task, config, model, info, FLAGS.export_dir)
-    print(f"Exported {task} model to {path}")
+    export_run(FLAGS.model_dir, task, config, model, info, FLAGS.export_dir)
 
 
 if __name__ == "__main__":
