@@ -163,6 +163,7 @@ def test_sentencepiece_vocab_is_an_asset_and_ids_match(tmp_path):
     assert module.encoder(tf.constant(texts))[0].to_list() == expected
 
 
+@pytest.mark.slow
 def test_packed_classifier_serves_each_line_as_its_own_segment(tmp_path):
     corpus = write_tiny_corpus(tmp_path / "tiny.tsv")
     config, model, info = train_tiny("classify", None, files=(corpus,), min_count=1,
@@ -183,10 +184,11 @@ def test_packed_classifier_serves_each_line_as_its_own_segment(tmp_path):
     np.testing.assert_allclose(probabilities, packed[:2], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_export_binary_restores_checkpoint_or_replica_weights(tiny_exports, tmp_path):
     model_dir, config, model, info = tiny_exports["classify"]
-    expected = tf.saved_model.load(os.path.join(model_dir, "export")).serve(
-        tf.constant(TEXTS))["probabilities"].numpy()
+    loaded = tf.saved_model.load(os.path.join(model_dir, "export"))
+    expected = loaded.serve(tf.constant(TEXTS))["probabilities"].numpy()
     run = tmp_path / "replica_run"
     run.mkdir()
     model.save_weights(str(run / "weights.weights.h5"))  # what a --num_replicas run keeps
@@ -197,13 +199,15 @@ def test_export_binary_restores_checkpoint_or_replica_weights(tiny_exports, tmp_
     assert (task, restored_config) == ("classify", config)
     restored, restored_info = restore_model(str(run), task, restored_config)
     export_run(str(run), task, restored_config, restored, restored_info)
-    served = tf.saved_model.load(str(run / "export")).serve(tf.constant(TEXTS))
+    reloaded = tf.saved_model.load(str(run / "export"))
+    served = reloaded.serve(tf.constant(TEXTS))
     np.testing.assert_allclose(served["probabilities"].numpy(), expected, atol=1e-6)
 
     with pytest.raises(FileNotFoundError, match="report.json"):
         load_run(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_translate_export_matches_greedy_decode(tmp_path):
     from models import translate as translate_model
 

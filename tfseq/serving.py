@@ -78,20 +78,6 @@ def _id_to_line_table(asset: tf.saved_model.Asset) -> tf.lookup.StaticHashTable:
             tf.string, tf.lookup.TextFileIndex.WHOLE_LINE), default_value="")
 
 
-class _SentencepieceResource(tf.saved_model.experimental.TrackableResource):
-    """A SentencePiece model op that reads its ``.model`` from an asset (so the export carries
-    the file, not a copy of its bytes inside the graph)."""
-
-    def __init__(self, asset: tf.saved_model.Asset):
-        super().__init__()
-        self._asset = asset
-        _ = self.resource_handle
-
-    def _create_resource(self):
-        from tensorflow_text.python.ops import gen_sentencepiece_tokenizer
-        return gen_sentencepiece_tokenizer.sentencepiece_op(model=tf.io.read_file(self._asset))
-
-
 class TextEncoder(tf.Module):
     """In-graph ``tf.string [B]`` -> ids, the same as ``tfseq.tokenize`` at training time.
 
@@ -130,9 +116,9 @@ class TextEncoder(tf.Module):
             with open(spm_path, "wb") as f:
                 f.write(spm)
             self.spm_file = tf.saved_model.Asset(spm_path)
+            # The op takes the model as an attribute, so the graph carries its bytes too; the
+            # asset is the same file, for tools outside TensorFlow.
             self.sentencepiece = tf_text.SentencepieceTokenizer(model=spm, out_type=tf.int32)
-            # Swap the op's resource for one that reads the asset (same op, same model).
-            self.sentencepiece._model_resource = _SentencepieceResource(self.spm_file)
         elif tokenizer == "whitespace":
             self.splitter = tf_text.WhitespaceTokenizer()
         elif tokenizer == "unicode_script":
