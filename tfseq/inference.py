@@ -110,7 +110,8 @@ def _split_rows(predictions, n: int) -> list:
         return [type(predictions)(c[i] for c in columns) for i in range(n)]
     array = predictions.numpy() if hasattr(predictions, "numpy") else np.asarray(predictions)
     if array.shape[:1] != (n,):
-        raise ValueError(f"A prediction has {array.shape[:1]} rows for a batch of {n} indices "
+        rows = array.shape[0] if array.ndim else "no"
+        raise ValueError(f"A prediction has {rows} rows for a batch of {n} indices "
                          f"(shape {array.shape}); every output needs the batch's rows first")
     return list(array)
 
