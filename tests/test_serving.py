@@ -232,3 +232,22 @@ def test_translate_export_matches_greedy_decode(tmp_path):
     expected = [" ".join(t.decode() for t in row) for row in tokens]
     assert translations == expected + [""]
     assert all(len(t.split()) == info["max_length"] for t in translations[:2])
+
+
+@pytest.mark.slow
+def test_train_binary_with_two_replicas_writes_an_export_that_serves_its_weights(tmp_path):
+    corpus = write_tiny_corpus(tmp_path / "tiny.tsv")
+    run = tmp_path / "run"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "train.py"), f"--files={corpus}",
+         "--num_replicas=2", "--epochs=1", f"--model_dir={run}", "--verbose=0"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"Served model (classify, input `text`): {run / 'export'}" in out.stdout
+    task, config = load_run(str(run))
+    model, info = restore_model(str(run), task, config)  # from weights.weights.h5
+    served = tf.saved_model.load(str(run / "export"))
+    probabilities = served.serve(tf.constant(TEXTS))["probabilities"].numpy()
+    np.testing.assert_allclose(probabilities, in_process_classify(model, info, TEXTS),
+                               atol=1e-5)
