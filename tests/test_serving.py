@@ -120,9 +120,15 @@ def test_encoder_matches_tokenize(tokenizer, tmp_path):
     vocab = tfseq.Vocab(["<pad>", "<unk>", "<s>", "</s>", "the", "un", "##aff", "##able",
                          "day", ",", "hello", "##s"])
     texts = ["The unaffable day", "hello, the days", "", "unknown THE"]
-    encoder = serving.TextEncoder(vocab, str(tmp_path), tokenizer=tokenizer, lowercase=True,
-                                  add_bos=True)
-    ids, truncated = encoder(tf.constant(texts))
+    module = tf.Module()
+    module.encoder = serving.TextEncoder(vocab, str(tmp_path), tokenizer=tokenizer,
+                                         lowercase=True, add_bos=True)
+    module.encode = tf.function(lambda text: module.encoder(text),
+                                input_signature=[tf.TensorSpec([None], tf.string)])
+    if tokenizer == "wordpiece":  # its tables live in sub-objects: they must be saved too
+        tf.saved_model.save(module, str(tmp_path / "saved"))
+        module = tf.saved_model.load(str(tmp_path / "saved"))
+    ids, truncated = module.encode(tf.constant(texts))
     ds = tf.data.Dataset.from_tensor_slices(texts).apply(
         tfseq.tokenize(vocab, tokenizer=tokenizer, lowercase=True, add_bos=True))
     assert ids.to_list() == [e["ids"].numpy().tolist() for e in ds]

@@ -49,7 +49,7 @@ from typing import Callable, Sequence
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from tfseq.text import BOS_ID, EOS_ID, PAD_ID, UNK, UNK_ID
+from tfseq.text import BOS_ID, EOS_ID, PAD_ID, UNK_ID, get_tokenizer
 
 TASKS = ("classify", "lm", "translate")
 LONG_EXAMPLES = ("truncate", "drop")
@@ -92,6 +92,11 @@ class TextEncoder(tf.Module):
       add_bos, add_eos: add ``<s>`` (2) / ``</s>`` (3) as the task's pipeline does.
       name: the vocab asset's file name.
 
+    Tokenization uses the training pipeline's tokenizer (``tfseq.text.get_tokenizer``), or
+    ``tensorflow_text.SentencepieceTokenizer`` for a vocab that carries a SentencePiece model.
+    Token strings are looked up in the vocabulary asset; a tokenizer that emits ids directly is
+    taken as is.
+
     Raises:
       ValueError: an unknown tokenizer, or ``"sentencepiece"`` without a SentencePiece vocab.
     """
@@ -119,17 +124,14 @@ class TextEncoder(tf.Module):
             # The op takes the model as an attribute, so the graph carries its bytes too; the
             # asset is the same file, for tools outside TensorFlow.
             self.sentencepiece = tf_text.SentencepieceTokenizer(model=spm, out_type=tf.int32)
-        elif tokenizer == "whitespace":
-            self.splitter = tf_text.WhitespaceTokenizer()
-        elif tokenizer == "unicode_script":
-            self.splitter = tf_text.UnicodeScriptTokenizer()
-        elif tokenizer == "wordpiece":
-            self.splitter = tf_text.WhitespaceTokenizer()
-            self.wordpiece = tf_text.WordpieceTokenizer(
-                self.table, token_out_type=tf.string, unknown_token=UNK)
         else:
-            raise ValueError(f"Unknown tokenizer {tokenizer!r} for export; expected whitespace, "
-                             "unicode_script, wordpiece or sentencepiece")
+            # The training pipeline's own tokenizer object (tfseq.text.get_tokenizer), so a
+            # change there reaches serving too. Its ops are TensorFlow / tensorflow-text ops;
+            # its tables and sub-tokenizers are tracked here so they are saved with the graph.
+            self.splitter = get_tokenizer(tokenizer, vocab)
+            if not isinstance(self.splitter, tf.Module):
+                self.splitter_parts = [v for v in vars(self.splitter).values()
+                                       if isinstance(v, tf.Module)]
         self.tokenizer = tokenizer
         self.lowercase = lowercase
         self.max_length = max_length
@@ -144,10 +146,9 @@ class TextEncoder(tf.Module):
             ids = tf.cast(self.sentencepiece.tokenize(text), tf.int32)
         else:
             tokens = self.splitter.tokenize(text)
-            if self.tokenizer == "wordpiece":
-                tokens = self.wordpiece.tokenize(tokens).merge_dims(-2, -1)
-            ids = tf.cast(tokens.with_flat_values(self.table.lookup(tokens.flat_values)),
-                          tf.int32)
+            if tokens.dtype == tf.string:  # token strings: look up in the vocabulary asset
+                tokens = tokens.with_flat_values(self.table.lookup(tokens.flat_values))
+            ids = tf.cast(tokens, tf.int32)
         truncated = tf.zeros(tf.shape(text), tf.bool)
         if self.max_length is not None:
             truncated = ids.row_lengths() > self.max_length
