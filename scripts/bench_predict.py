@@ -97,8 +97,8 @@ def main(argv):
                                    - np.array([float(o[1]) for o in outputs["bucket"]]))))
     speedup = results["bucket"]["lines_per_second"] / results["pad"]["lines_per_second"]
     lengths = np.minimum(counts, FLAGS.max_length)
-    print(f"\nbench_predict (fastest of {FLAGS.repeats} runs each): {FLAGS.lines} lines, words per line median "
-          f"{int(np.median(lengths))}, p99 {int(np.percentile(lengths, 99))}, max "
+    print(f"\nbench_predict (fastest of {FLAGS.repeats} runs each): {FLAGS.lines} lines, "
+          f"words per line median {int(np.median(lengths))}, p99 {int(np.percentile(lengths, 99))}, max "
           f"{int(lengths.max())}; max_tokens={FLAGS.max_tokens}, BiGRU classifier, CPU")
     print(f"{'batching':28s} {'batches':>8s} {'seconds':>8s} {'lines/s':>9s} "
           f"{'real tokens/s':>14s}")
@@ -115,10 +115,10 @@ def main(argv):
         with open(FLAGS.json_out, "w") as f:
             json.dump({"config": {k: FLAGS[k].value for k in (
                 "lines", "median_words", "sigma", "max_length", "max_tokens", "pool_size",
-                "seed", "repeats")}, "results": results, "speedup": speedup, "same_labels": same_labels,
-                "max_probability_difference": max_diff}, f, indent=2)
-    if not same_labels:
-        raise SystemExit("bucketed and padded predictions differ")
+                "seed", "repeats")}, "results": results, "speedup": speedup,
+                "same_labels": same_labels, "max_probability_difference": max_diff}, f, indent=2)
+    if max_diff > 1e-4:
+        raise SystemExit(f"bucketed and padded predictions differ by up to {max_diff}")
 
 
 if __name__ == "__main__":
