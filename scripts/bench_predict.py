@@ -98,8 +98,8 @@ def main(argv):
     speedup = results["bucket"]["lines_per_second"] / results["pad"]["lines_per_second"]
     lengths = np.minimum(counts, FLAGS.max_length)
     print(f"\nbench_predict (fastest of {FLAGS.repeats} runs each): {FLAGS.lines} lines, "
-          f"words per line median {int(np.median(lengths))}, p99 {int(np.percentile(lengths, 99))}, max "
-          f"{int(lengths.max())}; max_tokens={FLAGS.max_tokens}, BiGRU classifier, CPU")
+          f"words per line median {int(np.median(lengths))}, "
+          f"p99 {int(np.percentile(lengths, 99))}, max {int(lengths.max())}; max_tokens={FLAGS.max_tokens}, BiGRU classifier, CPU")
     print(f"{'batching':28s} {'batches':>8s} {'seconds':>8s} {'lines/s':>9s} "
           f"{'real tokens/s':>14s}")
     names = {"pad": f"padded_batch({FLAGS.max_tokens // FLAGS.max_length}), in order",
