@@ -151,7 +151,8 @@ def export_run(model_dir: str, task: str, config, model, info: dict,
             "max_length": max_length, "long_examples": long_examples,
             "batching": getattr(config, "batching", "pad")}
     if getattr(config, "columns", None):  # user-file runs: predict.py's default --columns
-        meta["columns"] = list(config.columns)
+        columns = config.columns
+        meta["columns"] = columns.split(",") if isinstance(columns, str) else list(columns)
     if task == "classify":
         labels = list(info.get("labels") or info["class_names"])
         encoder = serving.TextEncoder(info["vocab"], asset_dir, tokenizer=tokenizer,
