@@ -45,3 +45,57 @@ def to_list(dataset):
 @pytest.fixture
 def as_list():
     return to_list
+
+
+# --- tiny trained models and their exports (tests/test_serving.py, tests/test_predict.py)
+SERVING_BOOKS = ["Gen", "Ps", "Isa", "Matt", "Rom", "Rev", "Josh"]
+
+
+def write_tiny_corpus(path, lines=280):
+    """A verse-format TSV where each book has its own words: learnable in a few steps."""
+    rows = []
+    for i in range(lines):
+        book = SERVING_BOOKS[i % len(SERVING_BOOKS)]
+        words = " ".join(f"{book.lower()}{j % 5}" for j in range(i % 9 + 2))
+        rows.append(f"{book}\t{i // 30 + 1}\t{i % 30 + 1}\t{words}")
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def train_tiny(task, model_dir, steps=3, **config):
+    """Trains ``task`` for a few steps on the tiny corpus; returns ``(config, model, info)``."""
+    import dataclasses  # noqa: F401
+
+    from pipelines import tasks
+
+    pipeline, model_module = tasks.load(task)
+    config = pipeline.Config(**config)
+    train_ds, _, info = pipeline.datasets(config)
+    model = model_module.build_model(config, info)
+    for batch in train_ds.take(steps):
+        model.train_on_batch(*batch)
+    return config, model, info
+
+
+@pytest.fixture(scope="session")
+def tiny_exports(tmp_path_factory):
+    """Classify and lm models trained a few steps on the tiny corpus and exported:
+    ``{task: (model_dir, config, model, info)}``."""
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from scripts.export import export_run
+
+    base = tmp_path_factory.mktemp("serving")
+    corpus = write_tiny_corpus(base / "tiny.tsv")
+    runs = {}
+    for task, extra in (("classify", {"max_length": 12}), ("lm", {"max_lines": 0,
+                                                                   "max_length": 10})):
+        config, model, info = train_tiny(task, None, files=(corpus,), min_count=1, **extra)
+        model_dir = str(base / task)
+        export_run(model_dir, task, config, model, info)
+        runs[task] = (model_dir, config, model, info)
+    runs["corpus"] = corpus
+    return runs
