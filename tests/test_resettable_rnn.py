@@ -234,3 +234,19 @@ def test_bidirectional_config_round_trip_save_load_and_bad_arguments(tmp_path):
         ResettableRNN(keras.layers.GRUCell(4), bidirectional=True, return_state=True)
     with pytest.raises(ValueError, match="initial_state"):
         layer(np.zeros((1, 2, DIM), np.float32), initial_state=[np.zeros((1, 4), np.float32)])
+
+
+def test_segment_pooling_modes_literal_and_config():
+    from tfseq.layers import SegmentPooling
+    values = np.array([[[1.0], [3.0], [-2.0], [9.0]]], np.float32)
+    segment_ids = np.array([[1, 1, 2, 0]])
+    expected = {"mean": [[[2.0], [-2.0], [0.0]]], "max": [[[3.0], [-2.0], [0.0]]],
+                "sum": [[[4.0], [-2.0], [0.0]]]}
+    for mode, want in expected.items():
+        layer = SegmentPooling(3, mode=mode)
+        assert layer(values, segment_ids).numpy().tolist() == want
+        assert SegmentPooling.from_config(layer.get_config()).get_config() == layer.get_config()
+    with pytest.raises(ValueError, match="mode"):
+        SegmentPooling(3, mode="median")
+    with pytest.raises(ValueError, match="num_segments"):
+        SegmentPooling(0)
