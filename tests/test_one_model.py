@@ -68,6 +68,7 @@ def test_classifier_gives_each_example_the_same_logits_padded_ragged_and_packed(
     assert len(_packed()) < 7
 
 
+@pytest.mark.slow
 def test_classifier_is_one_model_for_every_batching_and_saves(tmp_path):
     model = _classifier()
     assert [type(layer).__name__ for layer in model.layers] == [
@@ -125,6 +126,7 @@ def _fixed_classifier():
     return model
 
 
+@pytest.mark.slow
 def test_packed_training_accuracy_counts_real_segments_over_the_epoch():
     model = _fixed_classifier()
     batches = _packed(block_length=12, batch_size=2)
