@@ -187,6 +187,19 @@ def _check_features(spec, seq_keys, batched: bool = False) -> list[str]:
     return scalar_keys
 
 
+def _mark_end(groups: tf.data.Dataset, empty_group) -> tf.data.Dataset:
+    """Elements ``(final, group)``: ``final`` false on every group of the input, then one
+    empty group with ``final`` true, on which the scan flushes its pool and carries.
+
+    The end-of-stream technique lives here alone (a sentinel element appended with
+    ``concatenate``), so that it can be swapped without touching the packer.
+    """
+    plain = tf.autograph.experimental.do_not_convert
+    last = tf.data.Dataset.from_tensors(empty_group)
+    return groups.map(plain(lambda *group: (False, group))).concatenate(
+        last.map(plain(lambda *group: (True, group))))
+
+
 def _gather_spans(values: tf.Tensor, starts: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
     """Concatenation of ``values[starts[i]:starts[i] + lengths[i]]`` over i (1-D tensors)."""
     index = tf.ragged.range(starts, starts + lengths)
@@ -195,6 +208,22 @@ def _gather_spans(values: tf.Tensor, starts: tf.Tensor, lengths: tf.Tensor) -> t
 
 def _exclusive_cumsum(x: tf.Tensor) -> tf.Tensor:
     return tf.cumsum(x, axis=0, exclusive=True)
+
+
+# Up to this many rows, the rows' lookups are unrolled (a few scalar ops each) instead of a loop.
+_UNROLL_ROWS = 64
+
+
+def _chain(reach: tf.Tensor, offsets: tf.Tensor, rows: int) -> tf.Tensor:
+    """``x[r] = reach[offsets[r] + x[r - 1]]`` with ``x[-1] = 0``, for r < rows: int32 ``[rows]``."""
+    if rows > _UNROLL_ROWS:
+        return tf.scan(lambda start, offset: tf.gather(reach, offset + start), offsets,
+                       initializer=tf.constant(0))
+    start, out = tf.constant(0), []
+    for r in range(rows):
+        start = tf.gather(reach, offsets[r] + start)
+        out.append(start)
+    return tf.stack(out)
 
 
 def _lay_out(values, src, take, row, seg, cont, rows: int, block: int):
@@ -276,19 +305,12 @@ class _Packer:
         groups = dataset if batched else dataset.ragged_batch(_GROUP_SIZE)
         groups = groups.enumerate().map(
             tf.autograph.experimental.do_not_convert(self._flatten_group))
-        last = tf.data.Dataset.from_tensors(self._empty_group())
-
-        def more(*group):
-            return False, group
-
-        def end(*group):
-            return True, group
 
         def slices(batches, num_rows):
             return tf.data.Dataset.from_tensor_slices((batches, num_rows))
 
         plain = tf.autograph.experimental.do_not_convert
-        groups = groups.map(plain(more)).concatenate(last.map(plain(end)))
+        groups = _mark_end(groups, self._empty_group())
         batches = groups.scan(self._initial_state(), plain(self._step))
         return batches.flat_map(plain(slices)).map(plain(self._trim))
 
@@ -624,8 +646,7 @@ class _Packer:
                      & (used + q - p < self.segments))
         reach = tf.reshape(q + tf.cast(long_here, tf.int32), [-1])
         width = num_pool + 1
-        ends_of_rows = tf.scan(lambda start, k: tf.gather(reach, k * width + start), kind,
-                               initializer=tf.constant(0))
+        ends_of_rows = _chain(reach, kind * width, self.rows)
         run_start = tf.concat([[0], ends_of_rows[:-1]], 0)
         at = kind * width + run_start
         run_end = tf.gather(tf.reshape(q, [-1]), at)
