@@ -1,17 +1,23 @@
-r"""Input throughput side by side: full tfseq pipeline vs the raw limit vs a Python feed.
+r"""Input throughput side by side: the tfseq pipelines vs the raw limit vs what users write.
 
 Usage:
   python scripts/bench_pipeline.py --json_out=bench_out/pipeline.json
-  python scripts/bench_pipeline.py --files='data/*.txt.gz' --field=-1 --repeats=3
+  python scripts/bench_pipeline.py --train_files='data/*.txt.gz' --field=-1 --repeats=3
 
 Feeds of the same lines, each run for whole epochs, in real (non-pad) tokens per second:
   raw       read + tokenize + vocab lookup alone, vectorized, consumed in the graph (the limit);
   tfseq     the full pipeline on batched lines: read (files shuffled, 512-line batches), line
             batches shuffled, clean (counted drops), tokenize, bucket by length under a token
             budget (length cap counted, seeded shuffle), prefetch. No tf.data call per line;
+  tfseq pack   the same pipeline with ``pack(max_length, max_tokens=...)`` instead of
+            bucketing (over-long examples dropped, as bucketing drops them);
   tfseq per-example   the same steps composed one example at a time (text_lines without
             batch_size): what the batched path saves;
-  python    a Python generator: gzip + str.split + dict lookup + numpy padding (the feed_dict way).
+  plain tf.data   the pipeline as users write it: TextLineDataset, per-line split, tokenize and
+            lookup, length filter, shuffle, ``Dataset.bucket_by_sequence_length`` with
+            per-bucket batch sizes from the same token budget;
+  python    a Python generator (gzip + str.split + dict lookup + numpy padding) through
+            ``Dataset.from_generator``, as a Keras user feeds one.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from absl import app, flags  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("files", [], "Text files (default: the embedded English corpus).")
+flags.DEFINE_list("train_files", [], "Your own text files or globs (same as --files).")
 flags.DEFINE_integer("field", 3, "0-based TSV field holding the text; -1 for the whole line.")
 flags.DEFINE_integer("max_tokens", 8192, "Token budget per batch for tfseq bucketing.")
 flags.DEFINE_integer("max_length", 512, "Length cap.")
@@ -99,6 +106,55 @@ def tfseq_feed(files, vocab, field, batched=True):
     return ds, lambda batch: tf.reduce_sum(tf.cast(batch["ids_length"], tf.int64))
 
 
+def pack_feed(files, vocab, field):
+    """The tfseq pipeline with packing instead of bucketing (same read, clean, tokenize)."""
+    import tensorflow as tf
+
+    import tfseq
+
+    counter = tfseq.DropCounter()
+    ds = tfseq.text_lines(files, shuffle_files=True, seed=0, batch_size=FLAGS.read_batch)
+    ds = ds.shuffle(FLAGS.shuffle_batches, seed=0, reshuffle_each_iteration=True)
+    if field >= 0:
+        ds = ds.map(lambda line: field_of(line, field), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.apply(tfseq.filter_lines(counter=counter))
+    ds = ds.apply(tfseq.tokenize(vocab))
+    ds = ds.apply(tfseq.pack(FLAGS.max_length, max_tokens=FLAGS.max_tokens,
+                             long_examples="drop", counter=counter))
+    ds = ds.prefetch(tf.data.AUTOTUNE)
+    return ds, lambda batch: tf.reduce_sum(tf.cast(batch["ids_segment_ids"] > 0, tf.int64))
+
+
+def plain_tf_data_feed(files, vocab, field):
+    """What a user writes with tf.data alone: one example at a time, bucket_by_sequence_length
+    with batch sizes from the token budget (bucket upper bounds 8, 16, ..., max_length)."""
+    import tensorflow as tf
+
+    import tfseq
+
+    tok = tfseq.text.get_tokenizer()
+    gzipped = [f for f in files if f.endswith(".gz")]
+    plain = [f for f in files if not f.endswith(".gz")]
+    parts = [tf.data.Dataset.from_tensor_slices(group).interleave(
+        lambda path, kind=kind: tf.data.TextLineDataset(path, compression_type=kind),
+        num_parallel_calls=tf.data.AUTOTUNE)
+        for group, kind in ((gzipped, "GZIP"), (plain, "")) if group]
+    ds = parts[0] if len(parts) == 1 else parts[0].concatenate(parts[1])
+    ds = ds.map(lambda line: vocab.lookup(tok.tokenize(field_of(line, field))),
+                num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.filter(lambda ids: (tf.size(ids) >= 1) & (tf.size(ids) <= FLAGS.max_length))
+    ds = ds.shuffle(FLAGS.shuffle_batches * FLAGS.read_batch, seed=0,
+                    reshuffle_each_iteration=True)
+    uppers = [8]
+    while uppers[-1] < FLAGS.max_length:
+        uppers.append(min(2 * uppers[-1], FLAGS.max_length))
+    ds = ds.bucket_by_sequence_length(
+        lambda ids: tf.size(ids), bucket_boundaries=[u + 1 for u in uppers[:-1]],
+        bucket_batch_sizes=[max(1, FLAGS.max_tokens // u) for u in uppers])
+    ds = ds.prefetch(tf.data.AUTOTUNE)
+    return ds, lambda ids: tf.cast(tf.math.count_nonzero(ids), tf.int64)
+
+
 def graph_timer(ds, count):
     """A function timing one pass over ``ds`` (``--epochs`` epochs): (real tokens, seconds)."""
     import tensorflow as tf
@@ -157,7 +213,8 @@ def main(argv):
 
     import tfseq
 
-    files = tfseq.reading.resolve_files(FLAGS.files or [tfseq.corpus_path()])
+    files = tfseq.reading.resolve_files(FLAGS.files + FLAGS.train_files
+                                        or [tfseq.corpus_path()])
     texts = tfseq.text_lines(files).map(lambda line: field_of(line, FLAGS.field))
     vocab = tfseq.Vocab.build(texts, min_count=1)
     if FLAGS.copies > 1:
@@ -172,17 +229,19 @@ def main(argv):
         files = copies
     gen = python_feed(files, vocab, FLAGS.field, FLAGS.batch_size, FLAGS.max_length)
 
-    def python_run():
-        start = time.perf_counter()
-        tokens = sum(int(lengths.sum()) for _ in range(FLAGS.epochs) for _, lengths in gen())
-        return tokens, time.perf_counter() - start
+    python_ds = tf.data.Dataset.from_generator(
+        gen, output_signature=(tf.TensorSpec([None, None], tf.int32),
+                               tf.TensorSpec([None], tf.int32))).prefetch(tf.data.AUTOTUNE)
 
     feeds = {
         "raw read+tokenize+lookup": graph_timer(*raw_feed(files, vocab, FLAGS.field)),
         "tfseq full pipeline": graph_timer(*tfseq_feed(files, vocab, FLAGS.field)),
+        "tfseq full pipeline, pack": graph_timer(*pack_feed(files, vocab, FLAGS.field)),
         "tfseq per-example pipeline": graph_timer(*tfseq_feed(files, vocab, FLAGS.field,
                                                               batched=False)),
-        "python generator feed": python_run,
+        "plain tf.data pipeline": graph_timer(*plain_tf_data_feed(files, vocab, FLAGS.field)),
+        "python generator feed": graph_timer(
+            python_ds, lambda batch: tf.reduce_sum(tf.cast(batch[1], tf.int64))),
     }
     # Round-robin repeats, best of each: a slow spell on the machine hits every feed alike.
     results = {}

@@ -347,3 +347,27 @@ def test_packed_weights():
         [0.25, 0.25, 0.25, 0.25, 1.0, 0.0], [1.0, 0, 0, 0, 0, 0]]
     with pytest.raises(ValueError, match="'target'"):
         tfseq.packed_weights(batch, "target")
+
+
+def test_more_rows_than_unrolled_keep_order_and_lanes():
+    # 70 rows (above the 64 rows whose chain is unrolled): rows take consecutive examples, and
+    # the split example's rest starts the same row (lane 0) of the next batch, without reset.
+    # Built after the input ends, the first batch drops its 34 trailing empty rows.
+    data = [[1, 2, 3, 4, 5, 6]] + [[i, i] for i in range(7, 7 + 69)]
+    batches = to_list(examples(*data).apply(
+        tfseq.pack(4, batch_size=70, counter=tfseq.DropCounter())))
+    assert [len(b["ids"]) for b in batches] == [36, 1]
+    assert batches[0]["ids"][0] == [1, 2, 3, 4]
+    assert batches[0]["ids"][1] == [7, 7, 8, 8]
+    assert batches[0]["ids"][35] == [75, 75, 0, 0]
+    assert batches[1] == {"ids": [[5, 6, 0, 0]], "ids_segment_ids": [[1, 1, 0, 0]],
+                          "ids_positions": [[0, 1, 0, 0]], "ids_resets": [[F, F, F, F]]}
+
+
+def test_gaps_take_the_longest_example_that_leaves_a_usable_gap():
+    # Row 1 takes [1 x3] (then [2 x4] does not fit), row 2 the next run [2 x4] [3 x2]. Row 1's
+    # gap of 3 then takes the longest example that fits: [5 x3], an exact fit, before [4 x1],
+    # which waits for the next batch.
+    ds = examples([1] * 3, [2] * 4, [3] * 2, [4], [5] * 3).apply(
+        tfseq.pack(6, batch_size=2, counter=tfseq.DropCounter()))
+    assert to_list(ds)[0]["ids"] == [[1, 1, 1, 5, 5, 5], [2, 2, 2, 2, 3, 3]]

@@ -187,6 +187,19 @@ def _check_features(spec, seq_keys, batched: bool = False) -> list[str]:
     return scalar_keys
 
 
+def _mark_end(groups: tf.data.Dataset, empty_group) -> tf.data.Dataset:
+    """Elements ``(final, group)``: ``final`` false on every group of the input, then one
+    empty group with ``final`` true, on which the scan flushes its pool and carries.
+
+    The end-of-stream technique lives here alone (a sentinel element appended with
+    ``concatenate``), so that it can be swapped without touching the packer.
+    """
+    plain = tf.autograph.experimental.do_not_convert
+    last = tf.data.Dataset.from_tensors(empty_group)
+    return groups.map(plain(lambda *group: (False, group))).concatenate(
+        last.map(plain(lambda *group: (True, group))))
+
+
 def _gather_spans(values: tf.Tensor, starts: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
     """Concatenation of ``values[starts[i]:starts[i] + lengths[i]]`` over i (1-D tensors)."""
     index = tf.ragged.range(starts, starts + lengths)
@@ -195,6 +208,58 @@ def _gather_spans(values: tf.Tensor, starts: tf.Tensor, lengths: tf.Tensor) -> t
 
 def _exclusive_cumsum(x: tf.Tensor) -> tf.Tensor:
     return tf.cumsum(x, axis=0, exclusive=True)
+
+
+# Up to this many rows, the rows' lookups are unrolled (a few scalar ops each) instead of a loop.
+_UNROLL_ROWS = 64
+
+
+def _chain(reach: tf.Tensor, offsets: tf.Tensor, rows: int) -> tf.Tensor:
+    """``x[r] = reach[offsets[r] + x[r - 1]]`` with ``x[-1] = 0``, for r < rows: int32 ``[rows]``."""
+    if rows > _UNROLL_ROWS:
+        return tf.scan(lambda start, offset: tf.gather(reach, offset + start), offsets,
+                       initializer=tf.constant(0))
+    start, out = tf.constant(0), []
+    for r in range(rows):
+        start = tf.gather(reach, offsets[r] + start)
+        out.append(start)
+    return tf.stack(out)
+
+
+def _lay_out(values, src, take, row, seg, cont, rows: int, block: int):
+    """Dense rows from pieces listed in row-major order (by row, then segment).
+
+    Args:
+      values: the tokens ``[N]``; src, take: int32 ``[n]``, where each piece starts in
+        ``values`` and how many tokens it has; row, seg: int32 ``[n]``, its row and 1-based
+        segment; cont: bool ``[n]``, true for a continuation piece (no reset).
+      rows, block: the output shape ``[rows, block]``.
+
+    Returns:
+      tokens (``values.dtype``), segment ids, positions (int32) and resets (bool), each
+      ``[rows, block]``.
+    """
+    num_tokens = tf.reduce_sum(take)
+    first = _exclusive_cumsum(take)
+    nonempty = tf.cast(tf.where(take > 0)[:, 0], tf.int32)
+    # The piece of each token: a mark where each non-empty piece begins, summed.
+    marks = tf.scatter_nd(tf.gather(first, nonempty)[:, None],
+                          tf.ones_like(nonempty), [num_tokens])
+    piece = tf.gather(nonempty, tf.cumsum(marks) - 1)
+    pos = tf.range(num_tokens) - tf.gather(first, piece)
+    tokens = tf.gather(values, tf.gather(src, piece) + pos)
+    resets = (pos == 0) & tf.logical_not(tf.gather(cont, piece))
+    # Row r holds tokens [row_first[r], row_first[r] + filled[r]) of that stream.
+    filled = tf.math.unsorted_segment_sum(take, row, rows)
+    row_first = _exclusive_cumsum(filled)
+    column = tf.range(block)[None]
+    cell = tf.where(column < filled[:, None], row_first[:, None] + column, num_tokens)
+
+    def dense(per_token):
+        padded = tf.concat([per_token, tf.zeros([1], per_token.dtype)], 0)
+        return tf.gather(padded, cell)
+
+    return dense(tokens), dense(tf.gather(seg, piece)), dense(pos), dense(resets)
 
 
 class _Packer:
@@ -240,19 +305,12 @@ class _Packer:
         groups = dataset if batched else dataset.ragged_batch(_GROUP_SIZE)
         groups = groups.enumerate().map(
             tf.autograph.experimental.do_not_convert(self._flatten_group))
-        last = tf.data.Dataset.from_tensors(self._empty_group())
-
-        def more(*group):
-            return False, group
-
-        def end(*group):
-            return True, group
 
         def slices(batches, num_rows):
             return tf.data.Dataset.from_tensor_slices((batches, num_rows))
 
         plain = tf.autograph.experimental.do_not_convert
-        groups = groups.map(plain(more)).concatenate(last.map(plain(end)))
+        groups = _mark_end(groups, self._empty_group())
         batches = groups.scan(self._initial_state(), plain(self._step))
         return batches.flat_map(plain(slices)).map(plain(self._trim))
 
@@ -406,35 +464,8 @@ class _Packer:
                                  tf.reduce_sum(tf.cast(is_long, tf.int32), keepdims=True)], 0)
 
         # 1. Rows take consecutive runs of the oldest examples.
-        lengths_pad = tf.concat([lengths, tf.zeros([1, len(self.blocks)], tf.int32)], 0)
-        long_pad = tf.concat([is_long, [False]], 0)
-        def row_run(r, p, outs):
-            is_open = tf.logical_not(closed0[r])
-            gap = blocks - carry_piece[r]
-            base = starts[p]
-            ok = ((index >= p) & tf.reduce_all(ends - base <= gap, axis=1)
-                  & (longs_end == longs_start[p]) & (index - p < self.segments - nseg0[r])
-                  & is_open)
-            num = tf.reduce_sum(tf.cast(ok, tf.int32))
-            left = gap - (starts[p + num] - base)
-            give_back = ((num > 0) & tf.reduce_any((left > 0) & (left < smallest))
-                         & tf.logical_not(long_pad[p + num]))
-            num -= tf.cast(give_back, tf.int32)
-            q = p + num
-            left = gap - (starts[q] - base)
-            long_here = (is_open & long_pad[q]
-                         & tf.reduce_all((lengths_pad[q] == 0) | (left > 0))
-                         & (nseg0[r] + num < self.segments))
-            take = tf.where(long_here, tf.minimum(lengths_pad[q], left), 0)
-            outs = (outs[0].write(r, p), outs[1].write(r, q),
-                    outs[2].write(r, tf.where(long_here, q, -1)),
-                    outs[3].write(r, blocks - left), outs[4].write(r, take))
-            return r + 1, q + tf.cast(long_here, tf.int32), outs
-
-        arrays = tuple(tf.TensorArray(tf.int32, size=self.rows) for _ in range(5))
-        _, _, arrays = tf.while_loop(lambda r, p, outs: r < self.rows, row_run,
-                                     (tf.constant(0), tf.constant(0), arrays))
-        run_start, run_end, long_at, fill, long_take = (a.stack() for a in arrays)
+        run_start, run_end, long_at, fill, long_take = self._row_runs(
+            lengths, is_long, smallest, carry_piece, nseg0, closed0, starts, ends, longs_start)
 
         runs = tf.ragged.range(run_start, run_end)
         items = runs.flat_values
@@ -463,11 +494,47 @@ class _Packer:
         # 2. Best fit into the gaps: each row proposes one example per round, lowest row wins.
         size = tf.reduce_sum(lengths, axis=1)
         rows = tf.range(self.rows)
+        single = len(self.blocks) == 1
+        if single:
+            # One feature: the unplaced short examples sorted by (length, age), so a row's
+            # best fit is a binary search, not a [B, P] comparison.
+            wide = tf.cast(num_pool + 1, tf.int64)
+            waiting = tf.cast(tf.where((row_of < 0) & short)[:, 0], tf.int32)
+            keys = (tf.cast(tf.gather(size, waiting), tf.int64) * wide
+                    + tf.cast(num_pool - waiting, tf.int64))
+            order = tf.argsort(keys)
+            sorted_keys, sorted_items = tf.gather(keys, order), tf.gather(waiting, order)
+        else:
+            sorted_keys, sorted_items = tf.zeros([0], tf.int64), tf.zeros([0], tf.int32)
 
-        def fill_gaps(placed_any, row_of, seg_of, start_of, take_of, fill, nseg, row_open):
-            gap = blocks - fill
-            unplaced = row_of < 0
-            can_take = (row_open & (nseg < self.segments))[:, None]
+        def choose_sorted(gap, unplaced, can_take, sorted_keys, sorted_items):
+            """Best fit per row by search: returns choice and wants, ``[B]``."""
+            gap = gap[:, 0]
+            alive = tf.gather(unplaced, sorted_items)
+            sorted_keys = tf.boolean_mask(sorted_keys, alive)
+            sorted_items = tf.boolean_mask(sorted_items, alive)
+
+            def largest_up_to(limit):
+                # The longest waiting example of at most `limit` tokens, the oldest among equals.
+                bound = limit * wide + tf.cast(num_pool, tf.int64)
+                pos = tf.searchsorted(sorted_keys[None], bound[None], side="right")[0] - 1
+                return tf.gather(tf.concat([[-1], sorted_items], 0), pos + 1), pos >= 0
+
+            fit, fits = largest_up_to(tf.cast(gap, tf.int64))
+            exact = fits & (tf.gather(size, tf.maximum(fit, 0)) == gap)
+            clean, cleans = largest_up_to(tf.cast(gap, tf.int64)
+                                          - tf.cast(smallest[0], tf.int64))
+            short_choice = tf.where(exact | tf.logical_not(cleans), fit, clean)
+            # A row that no short example fits starts the oldest long one (if it has room).
+            oldest_long = tf.reduce_min(tf.where(unplaced & is_long, index, num_pool))
+            starts_long = (oldest_long < num_pool) & (gap > 0)
+            choice = tf.where(fits, short_choice, oldest_long)
+            wants = can_take & (fits | starts_long)
+            return choice, wants, sorted_keys, sorted_items
+
+        def choose_scan(gap, unplaced, can_take, sorted_keys, sorted_items):
+            """Best fit per row over a ``[B, P, F]`` comparison: returns choice and wants."""
+            can_take = can_take[:, None]
             fits = (can_take & (unplaced & short)[None, :]
                     & tf.reduce_all(lengths[None] <= gap[:, None], axis=2))
             left = gap[:, None] - lengths[None]
@@ -482,6 +549,15 @@ class _Packer:
             score = tf.concat([score, tf.fill([self.rows, 1], -1)], 1)
             choice = tf.argmax(score, axis=1, output_type=tf.int32)
             wants = tf.reduce_max(score, axis=1) >= 0
+            return choice, wants, sorted_keys, sorted_items
+
+        choose = choose_sorted if single else choose_scan
+
+        def fill_gaps(placed_any, row_of, seg_of, start_of, take_of, fill, nseg, row_open,
+                      sorted_keys, sorted_items):
+            gap = blocks - fill
+            choice, wants, sorted_keys, sorted_items = choose(
+                gap, row_of < 0, row_open & (nseg < self.segments), sorted_keys, sorted_items)
             claim = tf.where(wants, choice, num_pool)
             winner = tf.math.unsorted_segment_min(rows, claim, num_pool + 1)
             won = wants & (tf.gather(winner, claim) == rows)
@@ -500,12 +576,85 @@ class _Packer:
             row_open = tf.tensor_scatter_nd_update(row_open, won_rows[:, None],
                                                    tf.logical_not(closes))
             return (tf.reduce_any(won), row_of, seg_of, start_of, take_of, fill, nseg,
-                    row_open)
+                    row_open, sorted_keys, sorted_items)
 
-        _, row_of, seg_of, start_of, take_of, _, _, _ = tf.while_loop(
+        _, row_of, seg_of, start_of, take_of, _, _, _, _, _ = tf.while_loop(
             lambda placed_any, *_: placed_any, fill_gaps,
-            (num_pool > 0, row_of, seg_of, start_of, take_of, fill, nseg, row_open))
+            (num_pool > 0, row_of, seg_of, start_of, take_of, fill, nseg, row_open,
+             sorted_keys, sorted_items),
+            shape_invariants=(tf.TensorShape([]), row_of.shape, seg_of.shape, start_of.shape,
+                              take_of.shape, fill.shape, nseg.shape, row_open.shape,
+                              tf.TensorShape([None]), tf.TensorShape([None])))
         return row_of, seg_of, start_of, take_of, carry_piece
+
+    def _row_runs(self, lengths, is_long, smallest, carry_piece, nseg0, closed0, starts, ends,
+                  longs_start):
+        """Phase 1 of ``_assign``: the run of consecutive pool examples each row takes.
+
+        Rows differ only by what they carry, so the run a row would take from every possible
+        start p is tabulated once for an empty row and once per carrying row (K of them,
+        usually none): ``[1 + K, P + 1]`` tables, by search over the cumulative lengths. Row r
+        starts where row r - 1 ended: one table lookup per row.
+
+        Args:
+          lengths: int32 ``[P, F]``; is_long: bool ``[P]``; smallest: int32 ``[F]``, the
+            shortest short example per feature; carry_piece: int32 ``[B, F]``; nseg0: int32
+            ``[B]``, segments already in each row; closed0: bool ``[B]``, rows a carried piece
+            fills; starts: int32 ``[P + 1, F]`` and ends ``[P, F]``, cumulative offsets;
+            longs_start: int32 ``[P + 1]``, long examples before each index.
+
+        Returns:
+          Per row, int32 ``[B]``: the run's first and end index, the long example it starts
+          (-1 if none), and int32 ``[B, F]``: tokens filled by the run, tokens of the long one.
+        """
+        blocks = tf.constant(self.blocks, tf.int32)
+        num_pool = tf.shape(lengths)[0]
+        lengths_pad = tf.concat([lengths, tf.zeros([1, len(self.blocks)], tf.int32)], 0)
+        long_pad = tf.concat([is_long, [False]], 0)
+        # Kind 0: a row that carries nothing; kind k > 0: the k-th carrying row.
+        carrying = tf.cast(tf.where(nseg0 > 0)[:, 0], tf.int32)
+        num_kinds = tf.size(carrying) + 1
+        kind = tf.tensor_scatter_nd_update(tf.zeros([self.rows], tf.int32), carrying[:, None],
+                                           tf.range(1, num_kinds))
+        gap = tf.concat([blocks[None], tf.gather(blocks[None] - carry_piece, carrying)], 0)
+        used = tf.concat([[0], tf.gather(nseg0, carrying)], 0)[:, None]          # [1 + K, 1]
+        is_open = tf.concat([[True], tf.gather(tf.logical_not(closed0), carrying)], 0)[:, None]
+        p = tf.range(num_pool + 1)[None]                                       # [1, P + 1]
+        # The run from p ends before the first example that overflows a feature's gap, before
+        # the next long example, and at the row's segment limit.
+        target = starts[None] + gap[:, None]                                   # [1 + K, P + 1, F]
+        fit_end = tf.reduce_min(tf.stack([
+            tf.reshape(tf.searchsorted(ends[None, :, f], tf.reshape(target[:, :, f], [1, -1]),
+                                       side="right"), [num_kinds, -1])
+            for f in range(len(self.blocks))]), axis=0)
+        long_index = tf.cast(tf.where(is_long)[:, 0], tf.int32)
+        next_long = tf.gather(tf.concat([long_index, [num_pool]], 0), longs_start)[None]
+        room = tf.maximum(self.segments - used, 0)
+        end = tf.where(is_open, tf.minimum(tf.minimum(fit_end, next_long), p + room), p)
+        end = tf.maximum(end, p)
+
+        def left_at(q):
+            return gap[:, None] - (tf.gather(starts, q) - starts[None])
+
+        left = left_at(end)
+        give_back = ((end > p) & tf.reduce_any((left > 0) & (left < smallest), axis=2)
+                     & tf.logical_not(tf.gather(long_pad, end)))
+        q = end - tf.cast(give_back, tf.int32)
+        left = left_at(q)
+        long_here = (is_open & tf.gather(long_pad, q)
+                     & tf.reduce_all((tf.gather(lengths_pad, q) == 0) | (left > 0), axis=2)
+                     & (used + q - p < self.segments))
+        reach = tf.reshape(q + tf.cast(long_here, tf.int32), [-1])
+        width = num_pool + 1
+        ends_of_rows = _chain(reach, kind * width, self.rows)
+        run_start = tf.concat([[0], ends_of_rows[:-1]], 0)
+        at = kind * width + run_start
+        run_end = tf.gather(tf.reshape(q, [-1]), at)
+        here = tf.gather(tf.reshape(long_here, [-1]), at)
+        left = tf.gather(tf.reshape(left, [-1, len(self.blocks)]), at)
+        long_take = tf.where(here[:, None],
+                             tf.minimum(tf.gather(lengths_pad, run_end), left), 0)
+        return run_start, run_end, tf.where(here, run_end, -1), blocks - left, long_take
 
     def _build_batch(self, pool, carry):
         (p_seq, p_lengths, p_scalars), (c_seq, c_lengths, c_scalars) = pool, carry
@@ -528,27 +677,21 @@ class _Packer:
 
         p_starts = _exclusive_cumsum(p_lengths)
         c_starts = _exclusive_cumsum(c_lengths)
+        # Each row is the concatenation of its pieces in segment order, then padding.
+        order = tf.argsort(tf.cast(piece_row, tf.int64) * (self.segments + 1)
+                           + tf.cast(piece_seg, tf.int64))
+        in_order = lambda x: tf.gather(x, order)  # noqa: E731
         batch = {}
         for f, key in enumerate(self.seq_keys):
             values = tf.concat([p_seq[f], c_seq[f]], 0)
             offset = tf.shape(p_seq[f])[0]
             src = tf.concat([tf.gather(p_starts[:, f], pool_idx),
                              offset + tf.gather(c_starts[:, f], lane_idx)], 0)
-            take = piece_take[:, f]
-            within = tf.ragged.range(take)
-            piece = within.value_rowids()
-            pos = within.flat_values
-            index = tf.stack([tf.gather(piece_row, piece),
-                              tf.gather(piece_start[:, f], piece) + pos], 1)
-            shape = [self.rows, self.blocks[f]]
-            tokens = tf.gather(values, tf.gather(src, piece) + pos)
-            resets = tf.logical_and(pos == 0, tf.logical_not(tf.gather(piece_cont, piece)))
-            batch[key] = tf.scatter_nd(index, tokens, shape)
-            batch[key + SEGMENT_IDS_SUFFIX] = tf.scatter_nd(index, tf.gather(piece_seg, piece),
-                                                            shape)
-            batch[key + POSITIONS_SUFFIX] = tf.scatter_nd(index, pos, shape)
-            batch[key + RESETS_SUFFIX] = tf.scatter_nd(index, tf.cast(resets, tf.int32),
-                                                       shape) > 0
+            laid_out = _lay_out(values, in_order(src), in_order(piece_take[:, f]),
+                                in_order(piece_row), in_order(piece_seg), in_order(piece_cont),
+                                self.rows, self.blocks[f])
+            for suffix, dense in zip(("",) + PACKED_SUFFIXES[:3], laid_out):
+                batch[key + suffix] = dense
         seg_index = tf.stack([piece_row, piece_seg - 1], 1)
         for s, key in enumerate(self.scalar_keys):
             values = tf.concat([tf.gather(p_scalars[s], pool_idx),
