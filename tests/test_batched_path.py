@@ -229,7 +229,8 @@ def test_mark_last_flags_only_the_last_element_and_keeps_structure():
     assert to_list(mark_last(ds)) == [(False, x) for x in to_list(ds)[:1]] + [(True, to_list(ds)[1])]
 
 
-def test_bucketing_through_the_data_service_flushes_every_workers_tail(tmp_path):
+@pytest.mark.parametrize("transform", ["bucket", "pack"])
+def test_through_the_data_service_every_workers_tail_is_flushed(tmp_path, transform):
     # Two workers, four files read in batches: each worker's stream ends with a part-filled
     # pool (and a carried tail) that must come out. A marker appended with `concatenate`
     # would be a split of its own on the service and reach at most one worker.
@@ -245,10 +246,13 @@ def test_bucketing_through_the_data_service_flushes_every_workers_tail(tmp_path)
     address = dispatcher.target.split("://")[1]
     workers = [service.WorkerServer(service.WorkerConfig(dispatcher_address=address))
                for _ in range(2)]
-    ds = tfseq.text_lines(paths, batch_size=64).apply(tfseq.tokenize(vocab)).apply(
-        tfseq.bucket_by_length(max_tokens=128, max_length=16, seed=0))
-    first_ids = []
+    ds = tfseq.text_lines(paths, batch_size=64).apply(tfseq.tokenize(vocab))
+    if transform == "bucket":
+        ds = ds.apply(tfseq.bucket_by_length(max_tokens=128, max_length=16, seed=0))
+    else:
+        ds = ds.apply(tfseq.pack(16, max_tokens=128, seed=0))
+    first_ids = []  # each line's first token is its own id (5, 6, ...); "x" is id 4
     for batch in tfseq.use_data_service(ds, dispatcher.target):
-        first_ids += batch["ids"].numpy()[:, 0].tolist()
+        first_ids += [i for i in batch["ids"].numpy().ravel().tolist() if i >= 5]
     assert sorted(first_ids) == list(range(5, 5 + len(lines)))
     del workers

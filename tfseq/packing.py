@@ -65,7 +65,8 @@ from typing import Iterable, Mapping
 import numpy as np
 import tensorflow as tf
 
-from tfseq._common import Transform, check_positive_int, example_keys, require_dict_spec
+from tfseq._common import (Transform, check_positive_int, example_keys, mark_last,
+                           require_dict_spec)
 from tfseq.stats import resolve_counter
 
 SEGMENT_IDS_SUFFIX = "_segment_ids"
@@ -187,17 +188,16 @@ def _check_features(spec, seq_keys, batched: bool = False) -> list[str]:
     return scalar_keys
 
 
-def _mark_end(groups: tf.data.Dataset, empty_group) -> tf.data.Dataset:
-    """Elements ``(final, group)``: ``final`` false on every group of the input, then one
-    empty group with ``final`` true, on which the scan flushes its pool and carries.
+def _mark_end(groups: tf.data.Dataset, empty_group=None) -> tf.data.Dataset:
+    """Elements ``(final, group)``: ``final`` true on the last group of the input only, on
+    which the scan adds the group and then flushes its pool and carries.
 
-    The end-of-stream technique lives here alone (a sentinel element appended with
-    ``concatenate``), so that it can be swapped without touching the packer.
+    The end is found by looking one group ahead inside the stream (``mark_last``), not with a
+    marker appended by ``concatenate``: on the ``tf.data`` service such a marker is a split of
+    its own, handed to one worker, and the others would never flush their last rows.
     """
-    plain = tf.autograph.experimental.do_not_convert
-    last = tf.data.Dataset.from_tensors(empty_group)
-    return groups.map(plain(lambda *group: (False, group))).concatenate(
-        last.map(plain(lambda *group: (True, group))))
+    del empty_group
+    return mark_last(groups)
 
 
 def _gather_spans(values: tf.Tensor, starts: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:

@@ -182,7 +182,10 @@ def keras_model_fn(model, *, task: str) -> ModelFn:
     ``ids_segment_ids``/``ids_resets``/``ids_positions``) gets each line as a row holding one
     segment; a packed classifier's per-segment logits ``[B, S, C]`` give the first segment's.
     """
-    names = [t.name for t in model.inputs]
+    try:  # a functional model names its inputs; a subclassed one takes the padded dict
+        names = [t.name for t in model.inputs]
+    except (AttributeError, ValueError):
+        names = ["ids"] if task == "classify" else ["ids", "ids_length"]
 
     def fn(ids, lengths):
         positions = tf.range(tf.shape(ids)[1], dtype=tf.int32)[None, :]
