@@ -133,24 +133,26 @@ def resolve(patterns: Sequence[str], flag: str = "--train_files") -> list[str]:
     return files
 
 
-def read_lines(files: Sequence[str], *, header: bool = False, batch_size: int = READ_BATCH,
+def read_lines(files, *, header: bool = False, batch_size: int | None = READ_BATCH,
                **kwargs) -> tf.data.Dataset:
-    """The single place the pipelines read lines: ``tfseq.text_lines`` batched
-    (``tf.string [n]``), without each file's first line when ``header``.
+    """The single place the pipelines read lines: ``tfseq.text_lines`` (``**kwargs`` passed
+    on), batched as ``tf.string [n]`` (``batch_size=None``: single lines), without each
+    file's first line when ``header``.
 
     Raises:
-      InputError: a corrupt or truncated gzip file (the message names it).
+      InputError: a missing file, or a corrupt or truncated gzip file (the message names it).
     """
     try:
         if not header:
             return text_lines(files, batch_size=batch_size, **kwargs)
+        files = resolve_files(files)
         per_file = [text_lines(f, **kwargs).skip(1) for f in files]
-    except ValueError as e:
+    except (ValueError, FileNotFoundError) as e:
         raise InputError(str(e)) from None
     ds = per_file[0]
     for more in per_file[1:]:
         ds = ds.concatenate(more)
-    return ds.batch(batch_size)
+    return ds if batch_size is None else ds.batch(batch_size)
 
 
 def parse(lines: tf.Tensor, fmt: RowFormat) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
