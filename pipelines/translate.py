@@ -207,8 +207,7 @@ def datasets(config: Config = Config(), counters: dict | None = None):
         ds = ds.apply(tfseq.tokenize(target_vocab, tokenizer=config.tokenizer, key="target",
                                      add_bos=True, add_eos=True, lowercase=config.lowercase))
         # The length is the max over source and target (which counts <s> and </s>).
-        ds = ds.apply(sources.truncate_or_drop(config, counter, "target", config.max_length + 2,
-                                               min_length=0))
+        ds = ds.apply(sources.truncate_or_drop(config, counter, "target", config.max_length + 2))
         if config.long_examples == "truncate":
             ds = ds.apply(sources.truncate_or_drop(config, counter, "source", config.max_length,
                                                    min_length=0))
