@@ -116,10 +116,10 @@ def user_pairs(config: Config, split: str, counter: tfseq.DropCounter) -> tf.dat
         def parse_and_keep(source_lines, target_lines):
             row = {"source": source_lines, "target": target_lines}
             ok = tf.ones_like(source_lines, tf.bool)
-            checks = formats.drop_checks(source_lines + "\t" + target_lines, row, ok)
-            checks["other_split"] = tf.not_equal(
+            checks = {"other_split": tf.not_equal(
                 formats.in_eval_split(source_lines + "\t" + target_lines, config.eval_percent),
-                split == "eval")
+                split == "eval")}
+            checks.update(formats.drop_checks(source_lines + "\t" + target_lines, row, ok))
             keep = counter.keep_if(checks)
             return {k: tf.boolean_mask(v, keep) for k, v in row.items()}
 

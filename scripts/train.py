@@ -89,7 +89,7 @@ def build_config(pipeline):
     values = {}
     for flag_name, field in _CONFIG_FLAGS.items():
         flag = FLAGS[flag_name]
-        if not flag.present:
+        if not flag.present or flag.value == flag.default:  # a flagfile repeats the defaults
             continue
         if field not in fields:
             raise app.UsageError(f"--{flag_name} is not used by --task={FLAGS.task} "
@@ -109,7 +109,7 @@ def build_config(pipeline):
         raise app.UsageError(f"--block_length applies to --batching=pack, not --batching={batching}")
     if FLAGS["boundaries"].present and batching != "bucket":
         raise app.UsageError(f"--boundaries applies to --batching=bucket, not --batching={batching}")
-    if FLAGS["max_tokens"].present and batching == "pad":
+    if FLAGS.max_tokens is not None and batching == "pad":
         raise app.UsageError("--max_tokens applies to --batching=bucket or pack, not "
                              "--batching=pad (use --batch_size)")
     check_no_effect(config)
@@ -120,19 +120,19 @@ def check_no_effect(config) -> None:
     """A flag that would be silently ignored with the other flags given is an error naming it."""
     user = bool(getattr(config, "train_files", ())) or bool(getattr(config, "source_files", ()))
     for name in ("eval_files", "format", "columns", "header"):
-        if FLAGS[name].present and not getattr(config, "train_files", ()):
+        if FLAGS[name].value and not getattr(config, "train_files", ()):
             raise app.UsageError(f"--{name} applies to --train_files, which is not given")
-    if FLAGS["eval_percent"].present and getattr(config, "eval_files", ()):
+    if FLAGS.eval_percent is not None and getattr(config, "eval_files", ()):
         raise app.UsageError("--eval_percent has no effect with --eval_files (nothing is held out)")
-    if FLAGS["files"].present and user:
+    if FLAGS.files and user:
         raise app.UsageError("--files (verse-format files) and --train_files/--source_files "
                              "exclude each other")
     learned = getattr(config, "tokenizer", None) in ("wordpiece", "sentencepiece")
     for name in ("vocab_size", "vocab_max_lines"):
-        if FLAGS[name].present and not learned:
+        if FLAGS[name].value is not None and not learned:
             raise app.UsageError(f"--{name} applies to --tokenizer=wordpiece or sentencepiece, "
                                  f"not --tokenizer={getattr(config, 'tokenizer', 'whitespace')}")
-    if FLAGS["vocab"].present and FLAGS["vocab_size"].present:
+    if FLAGS.vocab and FLAGS.vocab_size is not None:
         raise app.UsageError("--vocab loads a vocabulary; --vocab_size learns one: give one")
 
 
@@ -190,7 +190,7 @@ def main(argv):
     task = "lm_tbptt" if FLAGS.task == "lm" and FLAGS["tbptt"].present else FLAGS.task
     pipeline, model_module = tasks.load(task)
     config = build_config(pipeline)
-    if FLAGS["max_tokens"].present and FLAGS.max_tokens <= 0:
+    if FLAGS.max_tokens is not None and FLAGS.max_tokens <= 0:
         raise app.UsageError(f"--max_tokens must be a positive number of tokens per batch; "
                              f"received {FLAGS.max_tokens}")
     distributed = FLAGS.num_replicas > 1 or FLAGS.data_service

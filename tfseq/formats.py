@@ -225,10 +225,11 @@ def read_rows(files: Sequence[str], fmt: RowFormat, counter: DropCounter, *,
 
     def parse_and_keep(lines):
         row, ok = parse(lines, fmt)
-        checks = drop_checks(lines, row, ok)
-        if split is not None:
+        checks = {}
+        if split is not None:  # first: each bad line is counted in one split only
             checks["other_split"] = tf.not_equal(in_eval_split(lines, eval_percent),
                                                  split == "eval")
+        checks.update(drop_checks(lines, row, ok))
         keep = counter.keep_if(checks)
         return {k: tf.boolean_mask(v, keep) for k, v in row.items()}
 
