@@ -5,6 +5,17 @@ Usage:
   python scripts/train.py --flagfile=runs/demo/flags.txt          # same config again
   python scripts/train.py --task=classify --batching=pad --batch_size=32 --epochs=1
 
+Your own data (``scripts/make_user_data.py`` writes examples of each):
+  python scripts/train.py --task=classify --train_files='data/*.tsv' --header --columns=label,text
+  python scripts/train.py --task=classify --train_files=d.csv --columns=text,label \
+      --tokenizer=wordpiece --vocab_size=8000
+  python scripts/train.py --task=lm --train_files=corpus.txt.gz --tokenizer=sentencepiece \
+      --vocab_size=8000
+  python scripts/train.py --task=translate --source_files=train.en --target_files=train.de
+
+Classify writes the classes to ``<model_dir>/labels.txt`` (label id = line number); every
+malformed line is a counted drop, the first few named ``file:line`` in ``report.json``.
+
 Runs are resumable: checkpoints (model, optimizer, the tf.data iterator and the drop counters)
 go to ``--model_dir`` every ``--checkpoint_every`` steps, at each epoch end and on
 SIGINT/SIGTERM; running the same command again continues mid-epoch with no example lost or
