@@ -272,3 +272,21 @@ def discover_labels(rows: tf.data.Dataset, key: str = "label") -> list[str]:
     for values in rows.map(lambda r: tf.strings.strip(r[key])).as_numpy_iterator():
         seen.update(np.unique(values).tolist())
     return sorted(v.decode("utf-8", errors="replace") for v in seen)
+
+
+def text_column(patterns, *, format: str | None = None, columns: Sequence[str] | None = None,
+                header: bool = False, counter: DropCounter | None = None,
+                batch_size: int | None = None) -> tf.data.Dataset:
+    """The ``text`` column of user files as ``tf.string`` scalars (``[n]`` batches with
+    ``batch_size``): what the benchmarks and the profiler read with ``--train_files``.
+
+    Raises:
+      InputError: missing or empty files, or ``columns`` without ``text``.
+    """
+    files = resolve(patterns)
+    names = tuple(c for c in (columns or ()) if c != "_") or ("text",)
+    fmt = row_format(files, format, columns or None, header, required=("text",), allowed=names)
+    rows = read_rows(files, fmt, counter or DropCounter("text_column"),
+                     batch_size=batch_size or READ_BATCH)
+    texts = rows.map(lambda row: row["text"])
+    return texts if batch_size else texts.unbatch()
