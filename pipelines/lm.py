@@ -13,7 +13,8 @@ Element spec of both datasets (padded batches)::
      float32 [B, T])                                    # loss weight: 1 real target, 0 pad
 
 Drop reasons (per split in ``info["counters"][split]``): the source's (``malformed``,
-``invalid_utf8``, ``empty_text``, ``other_split``), the ``filter_lines`` reasons (``empty`` ...) and ``too_short``/``too_long``.
+``invalid_utf8``, ``empty_text``, ``other_split``), the ``filter_lines`` reasons (``empty``
+...) and ``too_short``/``too_long`` (``long_examples="truncate"``: cut, counted ``truncated``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ line-aligned plain-text files ``--source_files``/``--target_files`` (line N pair
 files of unequal line counts are an error naming both). Without ``eval_files`` a stable hash of
 each pair holds out ``eval_percent`` of them.
 
-By default the embedded aligned corpus translates English verses to Spanish: line N of ``kjv_en.tsv.gz`` pairs with line N of ``rv1909_es.tsv.gz`` (4th TSV field each).
+By default the embedded aligned corpus translates English verses to Spanish: line N of
+``kjv_en.tsv.gz`` pairs with line N of ``rv1909_es.tsv.gz`` (4th TSV field each).
 The source is the English verse, the target ``<s> w1 .. wn </s>`` in Spanish; the decoder reads
 ``<s> w1 .. wn`` (teacher forcing) and predicts ``w1 .. wn </s>``. A pair is held out for
 evaluation by a stable hash of its English ``book chapter verse``.

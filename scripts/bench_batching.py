@@ -48,7 +48,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("files", [DEFAULT_CORPUS], "Text files (gzip if they end in .gz).")
 flags.DEFINE_list("train_files", [], "Your files, as train.py (their 'text' column; "
                   "overrides --files/--field).")
-flags.DEFINE_enum("format", None, ["tsv", "csv", "text"], "With --train_files (default: extension).")
+flags.DEFINE_enum("format", None, ["tsv", "csv", "text"],
+                  "With --train_files (default: from the extension).")
 flags.DEFINE_list("columns", [], "With --train_files: field names in order, one 'text'.")
 flags.DEFINE_boolean("header", False, "With --train_files: skip each file's first line.")
 flags.DEFINE_integer("field", 3, "0-based tab-separated field holding the text; -1: whole line.")

@@ -30,7 +30,8 @@ from absl import app, flags  # noqa: E402
 FLAGS = flags.FLAGS
 flags.DEFINE_list("files", [], "Text files or globs (default: the embedded English corpus).")
 flags.DEFINE_list("train_files", [], "Your files (as train.py): the 'text' column is profiled.")
-flags.DEFINE_enum("format", None, ["tsv", "csv", "text"], "With --train_files (default: extension).")
+flags.DEFINE_enum("format", None, ["tsv", "csv", "text"],
+                  "With --train_files (default: from the extension).")
 flags.DEFINE_list("columns", [], "With --train_files: field names in order, one 'text'.")
 flags.DEFINE_boolean("header", False, "With --train_files: skip each file's first line.")
 flags.DEFINE_integer("field", 3, "0-based TSV field with the text; -1: the whole line.")

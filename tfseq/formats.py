@@ -6,7 +6,7 @@ Shapes: n = lines in a batch.
 line a counted drop (``tfseq.DropCounter``)::
 
     label<TAB>text           --format=tsv --columns=label,text
-    "a, b",pos               --format=csv --columns=text,label   ->  {"text": "a, b", "label": "pos"}
+    "a, b",pos               --format=csv --columns=text,label   ->  text "a, b", label "pos"
     any line                 --format=text                       ->  {"text": "any line"}
 
 A column named ``_`` is read and discarded. CSV follows RFC 4180 on one line: quoted fields may

@@ -355,8 +355,8 @@ def get_tokenizer(tokenizer=None, vocab: Vocab | None = None):
         return _WordpieceTokenizer(vocab)
     if tokenizer == "sentencepiece":
         if vocab is None or vocab.sentencepiece_model is None:
-            raise ValueError("tokenizer='sentencepiece' needs a SentencePiece vocabulary "
-                             "(Vocab.learn(..., tokenizer='sentencepiece') or Vocab.load('x.model'))")
+            raise ValueError("tokenizer='sentencepiece' needs a SentencePiece vocabulary (from "
+                             "Vocab.learn(..., tokenizer='sentencepiece') or Vocab.load('x.model'))")
         return _SentencepieceTokenizer(vocab)
     if isinstance(tokenizer, str):
         raise ValueError(f"Unknown tokenizer {tokenizer!r}; expected one of {TOKENIZERS} "
