@@ -1,6 +1,8 @@
 """Training on the user's own files: formats, labels, drops, learned vocabularies, bad input."""
 
+import csv
 import gzip
+import io
 import json
 import os
 import random
@@ -9,6 +11,7 @@ import sys
 
 import pytest
 import tensorflow as tf
+from hypothesis import given, strategies as st
 
 import tfseq
 from tfseq import formats
@@ -288,3 +291,17 @@ def test_binary_bad_input_is_a_message_and_nonzero_exit(tmp_path, classify_tsv, 
     assert out.returncode != 0
     assert message in out.stderr, out.stderr[-2000:]
     assert "Traceback" not in out.stderr
+
+_FIELD = st.text(alphabet=st.sampled_from(list('ab ,"x\t')), max_size=6)
+
+
+@given(st.lists(st.tuples(_FIELD, _FIELD), min_size=1, max_size=8))
+def test_csv_parse_agrees_with_python_csv_writer(rows):
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    lines = buffer.getvalue().split("\n")[:-1]
+    parsed, ok = formats.parse(tf.constant(lines), formats.RowFormat("csv", ("text", "label")))
+    assert ok.numpy().all()
+    got = list(zip([t.decode() for t in parsed["text"].numpy().tolist()],
+                   [t.decode() for t in parsed["label"].numpy().tolist()]))
+    assert got == [tuple(r) for r in rows]
