@@ -305,3 +305,17 @@ def test_csv_parse_agrees_with_python_csv_writer(rows):
     got = list(zip([t.decode() for t in parsed["text"].numpy().tolist()],
                    [t.decode() for t in parsed["label"].numpy().tolist()]))
     assert got == [tuple(r) for r in rows]
+
+
+@pytest.mark.slow
+def test_training_pipeline_one_call_from_tsv_to_fit_batches(tmp_path):
+    path = tmp_path / "d.tsv"
+    path.write_text("a\tx y z\nb\tx\nc\tunseen label\na\t" + " ".join(["w"] * 9) + "\n")
+    vocab = tfseq.Vocab(["<pad>", "<unk>", "<s>", "</s>", "x", "y", "z", "w"])
+    counter = tfseq.DropCounter("p")
+    ds = tfseq.training_pipeline([str(path)], vocab, labels=["a", "b"], batching="pad",
+                                 batch_size=8, max_length=4, training=False, counter=counter)
+    ((features, labels),) = list(ds)
+    assert features["ids"].numpy().tolist() == [[4, 5, 6, 0], [4, 0, 0, 0], [7, 7, 7, 7]]
+    assert labels.numpy().tolist() == [0, 1, 0]
+    assert counter.drops()["unknown_label"] == 1 and counter.seen()["truncated"] == 1
