@@ -1,9 +1,10 @@
-"""Verse -> section of the canon: the classification task on the embedded corpus.
+"""Text classification: ``text -> label`` over rows from the user's files or the embedded corpus.
 
-Input lines are ``book<TAB>chapter<TAB>verse<TAB>text``. The label is the book's section
-(7 classes, ``tfseq.corpus.SECTION_NAMES``). A verse is held out for evaluation when a hash of
-``book chapter verse`` falls in the first ``eval_percent`` of 100 buckets, so the split is
-stable across runs and machines.
+Rows come from ``--train_files`` (TSV, CSV or text with ``--columns`` naming ``label`` and
+``text``, see ``tfseq.formats``) or, by default, from the embedded verse corpus labelled by
+section of the canon (``pipelines.verses``). Labels are discovered from the training rows and
+sorted (``info["class_names"]``, written to ``<model_dir>/labels.txt`` by ``scripts/train.py``);
+without ``eval_files`` a stable hash of each line holds out ``eval_percent`` of them.
 
 Element spec of both datasets (``batching="pad"`` or ``"bucket"``)::
 
@@ -14,11 +15,13 @@ With ``batching="pack"`` the features are packed rows (see ``tfseq.pack``)::
     ({"ids": int32 [B, L], "ids_segment_ids": int32 [B, L], "ids_resets": int32 [B, L] (0/1)},
      label int32 [B, S], weight float32 [B, S])
 
-one label per segment (verse), weight 0 on the label table's empty columns.
+one label per segment (example), weight 0 on the label table's empty columns.
 
-Drop reasons (counted per split in ``info["counters"][split]``): ``malformed`` (not 4 TSV
-fields), ``unknown_book``, ``other_split`` (the line belongs to the other split), the
-``filter_lines`` reasons and ``too_short``/``too_long``.
+Drop reasons (counted per split in ``info["counters"][split]``): the source's (``malformed``,
+``invalid_utf8``, ``empty_text``, ``other_split``; ``unknown_book`` for the verse corpus),
+``unknown_label`` (an eval label never seen in training), the ``filter_lines`` reasons and
+``too_short``/``too_long``. ``long_examples="truncate"`` (the default) cuts examples to
+``max_length`` tokens instead of dropping them, counted under seen ``truncated``.
 """
 
 from __future__ import annotations
@@ -28,16 +31,24 @@ import dataclasses
 import tensorflow as tf
 
 import tfseq
-from pipelines import verses
-from tfseq.corpus import BOOK_TO_SECTION, SECTION_NAMES
+from pipelines import sources, verses
 
 BATCHING_MODES = ("pad", "bucket", "pack")
+COLUMNS = ("label", "text")
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    files: tuple[str, ...] = ()            # empty: the embedded English corpus
-    vocab_path: str | None = None          # load this vocab instead of building one
+    train_files: tuple[str, ...] = ()      # user files (globs, .gz); empty: the verse corpus
+    eval_files: tuple[str, ...] = ()       # empty: hold out eval_percent of train_files
+    format: str | None = None              # "tsv" | "csv" | "text"; None: from the extension
+    columns: tuple[str, ...] = ()          # field names in order ("_" skips); () = label,text
+    header: bool = False                   # skip each file's first line
+    files: tuple[str, ...] = ()            # verse-format files; empty: the embedded corpus
+    vocab_path: str | None = None          # load this vocab (or SentencePiece .model)
+    vocab_size: int | None = None          # learn a wordpiece/sentencepiece vocab of this size
+    vocab_max_lines: int = 1_000_000       # lines read to learn a vocabulary
+    long_examples: str = "truncate"        # "truncate" at max_length (counted) or "drop"
     min_count: int = 2
     max_vocab: int = 20000
     lowercase: bool = True
@@ -54,43 +65,64 @@ class Config:
     max_line_bytes: int = 1 << 16
 
 
-def section_table() -> tf.lookup.StaticHashTable:
-    books = sorted(BOOK_TO_SECTION)
+def labelled_text(config: Config, split: str, counter: tfseq.DropCounter,
+                  class_names=None, shuffle_files: bool = False, num_shards: int = 1,
+                  shard_index: int = 0) -> tf.data.Dataset:
+    """Batches of ``{"text": tf.string [n], "label": int32 [n]}`` of one split, every drop
+    counted; vectorized, one tf.data call per batch of lines. ``class_names`` (the label ids'
+    order) is required to get ids; without it labels stay ``tf.string``."""
+    read = dict(shuffle_files=shuffle_files, seed=config.seed, num_shards=num_shards,
+                shard_index=shard_index)
+    if sources.has_user_files(config):
+        ds = sources.user_rows(config, split, counter, required=COLUMNS, allowed=COLUMNS, **read)
+        ds = ds.map(lambda r: {"text": r["text"], "label": tf.strings.strip(r["label"])})
+    else:
+        ds = verses.classify_rows(list(config.files) or [tfseq.corpus_path("kjv_en")], split,
+                                  counter, config.eval_percent, **read)
+    if class_names is not None:
+        table = label_table(class_names)
+        counter.register("unknown_label")
+
+        def to_ids(rows):
+            ids = table.lookup(rows["label"])
+            keep = counter.keep_if({"unknown_label": ids < 0})
+            return {"text": tf.boolean_mask(rows["text"], keep),
+                    "label": tf.boolean_mask(ids, keep)}
+
+        ds = ds.map(to_ids, num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.apply(tfseq.filter_lines(key="text", max_line_bytes=config.max_line_bytes,
+                                       counter=counter))
+
+
+def label_table(class_names) -> tf.lookup.StaticHashTable:
+    """label string -> int32 id (its index in ``class_names``; -1 if unknown)."""
     return tf.lookup.StaticHashTable(
         tf.lookup.KeyValueTensorInitializer(
-            tf.constant(books), tf.constant([BOOK_TO_SECTION[b] for b in books], tf.int32)),
+            tf.constant(list(class_names)), tf.range(len(class_names), dtype=tf.int32)),
         default_value=-1)
 
 
-def labelled_text(config: Config, split: str, counter: tfseq.DropCounter,
-                  shuffle_files: bool = False, num_shards: int = 1,
-                  shard_index: int = 0) -> tf.data.Dataset:
-    """Batches of ``{"text": tf.string [n], "label": int32 [n]}`` of one split, every drop
-    counted; vectorized, one tf.data call per batch of lines."""
-    files = list(config.files) or [tfseq.corpus_path("kjv_en")]
-    table = section_table()
-    counter.register("malformed", "unknown_book", "other_split")
-    want_eval = split == "eval"
+def class_names_of(config: Config) -> list[str]:
+    """The classes: discovered from the user's training rows (sorted), or the verse sections.
 
-    def parse_and_keep(lines):
-        example = verses.parse(lines)
-        labels = table.lookup(example["book"])
-        keep = counter.keep_if({
-            "malformed": tf.logical_not(example["ok"]),
-            "unknown_book": labels < 0,
-            "other_split": tf.not_equal(verses.in_eval_split(example["key"], config.eval_percent),
-                                        want_eval),
-        })
-        return {"text": tf.boolean_mask(example["text"], keep),
-                "label": tf.boolean_mask(labels, keep)}
-
-    ds = tfseq.text_lines(files, shuffle_files=shuffle_files, seed=config.seed,
-                          num_shards=num_shards, shard_index=shard_index,
-                          batch_size=verses.READ_BATCH)
-    ds = ds.apply(counter.tally("lines_read", rows=True))
-    ds = ds.map(parse_and_keep, num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.apply(tfseq.filter_lines(key="text", max_line_bytes=config.max_line_bytes,
-                                       counter=counter))
+    Raises:
+      InputError: no training line parsed (the message gives the first malformed lines).
+    """
+    if not sources.has_user_files(config):
+        return list(verses.CLASS_NAMES)
+    rows = labelled_text(config, "train", tfseq.DropCounter("labels"))
+    names = [n for n in tfseq.formats.discover_labels(rows) if n]
+    if not names:
+        examples = sources.drop_examples(config, required=COLUMNS, allowed=COLUMNS)
+        raise sources.InputError(
+            f"No training line of {', '.join(config.train_files)} parsed into "
+            f"--columns={','.join(config.columns or COLUMNS)} with --format="
+            f"{config.format or 'from the extension'}: check --format, --columns and --header"
+            + (". First bad lines: " + "; ".join(examples) if examples else ""))
+    if len(names) < 2:
+        raise sources.InputError(f"Only one label ({names[0]!r}) in the training files: "
+                                 "classification needs at least two")
+    return names
 
 
 def batch(ds: tf.data.Dataset, config: Config, *, training: bool) -> tf.data.Dataset:
@@ -115,19 +147,19 @@ def batch(ds: tf.data.Dataset, config: Config, *, training: bool) -> tf.data.Dat
 
 
 def examples(config: Config, split: str, counter: tfseq.DropCounter, vocab: tfseq.Vocab,
-             num_shards: int = 1, shard_index: int = 0) -> tf.data.Dataset:
+             num_shards: int = 1, shard_index: int = 0, class_names=None) -> tf.data.Dataset:
     """Ragged batches ``{"ids": int32 [n, (T)], "label": int32 [n]}`` of one split.
 
     The examples are small, so they are cached after the first pass (the counters then count
     one pass); for training the batches are reshuffled every epoch (a buffer of
     ``config.shuffle_buffer`` examples, in whole batches) and ``batch`` shuffles inside pools.
     """
-    ds = labelled_text(config, split, counter, num_shards=num_shards, shard_index=shard_index)
+    ds = labelled_text(config, split, counter, class_names or class_names_of(config),
+                       num_shards=num_shards, shard_index=shard_index)
     ds = ds.apply(tfseq.tokenize(vocab, tokenizer=config.tokenizer, key="text",
                                  lowercase=config.lowercase))
     ds = ds.map(lambda e: {"ids": e["text"], "label": e["label"]})
-    ds = ds.apply(tfseq.filter_by_length(min_length=1, max_length=config.max_length,
-                                         counter=counter))
+    ds = ds.apply(sources.truncate_or_drop(config, counter, "ids", config.max_length))
     ds = ds.cache()
     if split == "train":
         ds = ds.shuffle(-(-config.shuffle_buffer // verses.READ_BATCH), seed=config.seed,
@@ -147,7 +179,8 @@ def replica_dataset_fn(config: Config, info: dict, num_replicas: int,
     counter = tfseq.DropCounter(f"{split}_replicas") if split == "eval" else info["counters"][split]
 
     def make_dataset(num_shards, shard_index):
-        return examples(config, split, counter, info["vocab"], num_shards, shard_index)
+        return examples(config, split, counter, info["vocab"], num_shards, shard_index,
+                        info["class_names"])
 
     def batch_fn(n):
         scaled = dataclasses.replace(config, max_tokens=config.max_tokens * n,
@@ -176,21 +209,14 @@ def datasets(config: Config = Config(), counters: dict | None = None):
     if config.batching not in BATCHING_MODES:
         raise ValueError(f"Unknown batching {config.batching!r}; expected one of {BATCHING_MODES}")
     counters = counters or {"train": tfseq.DropCounter("train"), "eval": tfseq.DropCounter("eval")}
-    if config.vocab_path:
-        vocab = tfseq.Vocab.load(config.vocab_path)
-    else:
-        texts = labelled_text(config, "train", tfseq.DropCounter("vocab")).map(
-            lambda e: e["text"])
-        if config.lowercase:
-            import tensorflow_text as tf_text
-            texts = texts.map(tf_text.case_fold_utf8)
-        vocab = tfseq.Vocab.build(texts, tokenizer=config.tokenizer, min_count=config.min_count,
-                                  max_size=config.max_vocab)
+    class_names = class_names_of(config)
+    texts = labelled_text(config, "train", tfseq.DropCounter("vocab")).map(lambda e: e["text"])
+    vocab = sources.build_vocab(config, texts)
     stats = {"train": tfseq.BatchStats(), "eval": tfseq.BatchStats()}
     out = {}
     for split in ("train", "eval"):
         training = split == "train"
-        ds = examples(config, split, counters[split], vocab)
+        ds = examples(config, split, counters[split], vocab, class_names=class_names)
         ds = batch(ds, config, training=training)
         ds = ds.apply(stats[split].track(["ids"]))
         if config.batching == "pack":
@@ -199,8 +225,10 @@ def datasets(config: Config = Config(), counters: dict | None = None):
             ds = ds.map(lambda b: ({"ids": b["ids"]}, b["label"]))
         out[split] = ds.prefetch(tf.data.AUTOTUNE)
     out = {k: v.with_options(tfseq.pipeline_options()) for k, v in out.items()}
-    info = {"vocab": vocab, "num_classes": len(SECTION_NAMES), "class_names": SECTION_NAMES,
-            "counters": counters, "stats": stats}
+    info = {"vocab": vocab, "num_classes": len(class_names), "class_names": list(class_names),
+            "counters": counters, "stats": stats,
+            "drop_examples": lambda: sources.drop_examples(config, required=COLUMNS,
+                                                           allowed=COLUMNS)}
     return out["train"], out["eval"], info
 
 
@@ -217,14 +245,16 @@ def packed_to_keras(batch):
     return features, batch["label"], tf.cast(present, tf.float32)
 
 
-def majority_baseline(eval_ds: tf.data.Dataset) -> float:
+def majority_baseline(eval_ds: tf.data.Dataset, num_classes: int | None = None) -> float:
     """Accuracy of always predicting the most frequent label of ``eval_ds``."""
-    counts = tf.zeros([len(SECTION_NAMES)], tf.int64)
+    if num_classes is None:
+        num_classes = max(int(tf.reduce_max(b[1])) for b in eval_ds) + 1
+    counts = tf.zeros([num_classes], tf.int64)
     for _, labels, *weights in eval_ds:
         labels = tf.cast(labels, tf.int32)
         if weights:  # packed: only the segments present
             labels = tf.boolean_mask(labels, weights[0] > 0)
-        counts += tf.math.bincount(tf.reshape(labels, [-1]), minlength=len(SECTION_NAMES),
-                                   maxlength=len(SECTION_NAMES), dtype=tf.int64)
+        counts += tf.math.bincount(tf.reshape(labels, [-1]), minlength=num_classes,
+                                   maxlength=num_classes, dtype=tf.int64)
     total = int(tf.reduce_sum(counts))
     return int(tf.reduce_max(counts)) / total if total else 0.0

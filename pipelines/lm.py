@@ -1,8 +1,10 @@
-"""Next-token language modelling on one side of the embedded corpus (English by default).
+"""Next-token language modelling: one example per line of the user's text files
+(``--train_files``, ``--format=text``, or a ``text`` column of TSV/CSV), or, by default, the
+verses of one side of the embedded corpus (English).
 
-Each verse becomes ``<s> w1 .. wn </s>``; the model reads ``<s> w1 .. wn`` and predicts
-``w1 .. wn </s>``. A verse is held out for evaluation by a stable hash of ``book chapter
-verse`` (as in ``pipelines.classify``).
+Each line becomes ``<s> w1 .. wn </s>``; the model reads ``<s> w1 .. wn`` and predicts
+``w1 .. wn </s>``. Without ``eval_files`` a line is held out for evaluation by a stable hash
+(of the line; of ``book chapter verse`` for the verse corpus).
 
 Element spec of both datasets (padded batches)::
 
@@ -10,8 +12,9 @@ Element spec of both datasets (padded batches)::
      int32 [B, T],                                      # w1 .. wn </s>, padded with 0
      float32 [B, T])                                    # loss weight: 1 real target, 0 pad
 
-Drop reasons (per split in ``info["counters"][split]``): ``malformed`` (not 4 TSV fields),
-``other_split``, the ``filter_lines`` reasons (``empty`` ...) and ``too_short``/``too_long``.
+Drop reasons (per split in ``info["counters"][split]``): the source's (``malformed``,
+``invalid_utf8``, ``empty_text``, ``other_split``), the ``filter_lines`` reasons (``empty``
+...) and ``too_short``/``too_long`` (``long_examples="truncate"``: cut, counted ``truncated``).
 """
 
 from __future__ import annotations
@@ -21,17 +24,26 @@ import dataclasses
 import tensorflow as tf
 
 import tfseq
-from pipelines import verses
+from pipelines import sources, verses
 
 BATCHING_MODES = ("pad", "bucket", "pack")
+COLUMNS = ("text",)
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    files: tuple[str, ...] = ()            # empty: the embedded corpus named by `corpus`
+    train_files: tuple[str, ...] = ()      # user files (globs, .gz); empty: the verse corpus
+    eval_files: tuple[str, ...] = ()       # empty: hold out eval_percent of train_files
+    format: str | None = None              # "text" | "tsv" | "csv"; None: from the extension
+    columns: tuple[str, ...] = ()          # for tsv/csv: field names, one must be "text"
+    header: bool = False                   # skip each file's first line
+    files: tuple[str, ...] = ()            # verse-format files; empty: the embedded corpus
     corpus: str = "kjv_en"                 # "kjv_en" or "rv1909_es"
-    max_lines: int = 6000                  # read only the first N lines (0: all)
-    vocab_path: str | None = None          # load this vocab instead of building one
+    max_lines: int = 6000                  # verse corpus: read only the first N lines (0: all)
+    vocab_path: str | None = None          # load this vocab (or SentencePiece .model)
+    vocab_size: int | None = None          # learn a wordpiece/sentencepiece vocab of this size
+    vocab_max_lines: int = 1_000_000       # lines read to learn a vocabulary
+    long_examples: str = "drop"            # "drop" (counted too_long) or "truncate"
     min_count: int = 2
     max_vocab: int = 3000
     lowercase: bool = True
@@ -47,15 +59,26 @@ class Config:
     max_line_bytes: int = 1 << 16
 
 
+def texts(config: Config, split: str, counter: tfseq.DropCounter) -> tf.data.Dataset:
+    """``tf.string [n]`` batches of the texts of one split (``"train"``, ``"eval"``), every
+    drop counted: the user's files, or the verse corpus."""
+    if not sources.has_user_files(config):
+        return verse_text(config, split, counter)
+    ds = sources.user_rows(config, split, counter, required=COLUMNS, allowed=COLUMNS)
+    return ds.map(lambda r: r["text"]).apply(
+        tfseq.filter_lines(max_line_bytes=config.max_line_bytes, counter=counter))
+
+
 def verse_text(config: Config, split: str, counter: tfseq.DropCounter) -> tf.data.Dataset:
     """``tf.string [n]`` batches of the verse texts of one split (``"train"``, ``"eval"``),
     every drop counted; vectorized, one tf.data call per batch of lines."""
     files = list(config.files) or [tfseq.corpus_path(config.corpus)]
     counter.register("malformed", "other_split")
     if config.max_lines:  # exact: the first max_lines lines, then batched
-        ds = tfseq.text_lines(files).take(config.max_lines).batch(verses.READ_BATCH)
+        ds = sources.read_lines(files, batch_size=None).take(config.max_lines).batch(
+            verses.READ_BATCH)
     else:
-        ds = tfseq.text_lines(files, batch_size=verses.READ_BATCH)
+        ds = sources.read_lines(files, batch_size=verses.READ_BATCH)
     ds = ds.apply(counter.tally("lines_read", rows=True))
     want_eval = split == "eval"
 
@@ -74,14 +97,7 @@ def verse_text(config: Config, split: str, counter: tfseq.DropCounter) -> tf.dat
 
 def build_vocab(config: Config) -> tfseq.Vocab:
     """The vocabulary: loaded from ``config.vocab_path`` or built on the training split."""
-    if config.vocab_path:
-        return tfseq.Vocab.load(config.vocab_path)
-    texts = verse_text(config, "train", tfseq.DropCounter("vocab"))
-    if config.lowercase:
-        import tensorflow_text as tf_text
-        texts = texts.map(tf_text.case_fold_utf8)
-    return tfseq.Vocab.build(texts, tokenizer=config.tokenizer, min_count=config.min_count,
-                             max_size=config.max_vocab)
+    return sources.build_vocab(config, texts(config, "train", tfseq.DropCounter("vocab")))
 
 
 def packed_to_model(batch):
@@ -113,12 +129,12 @@ def datasets(config: Config = Config(), counters: dict | None = None):
     for split in ("train", "eval"):
         training = split == "train"
         counter = counters[split]
-        ds = verse_text(config, split, counter)
+        ds = texts(config, split, counter)
         ds = ds.apply(tfseq.tokenize(vocab, tokenizer=config.tokenizer, add_bos=True,
                                      add_eos=True, lowercase=config.lowercase))
         # Lengths count <s> and </s>: 1..max_length words.
-        ds = ds.apply(tfseq.filter_by_length(min_length=3, max_length=config.max_length + 2,
-                                             counter=counter))
+        ds = ds.apply(sources.truncate_or_drop(config, counter, "ids", config.max_length + 2,
+                                               min_length=3))
         ds = ds.cache()
         if training:  # whole ragged batches; bucketing and packing also shuffle inside pools
             ds = ds.shuffle(-(-config.shuffle_buffer // verses.READ_BATCH), seed=config.seed,
@@ -139,5 +155,7 @@ def datasets(config: Config = Config(), counters: dict | None = None):
 
         out[split] = ds.map(to_model).prefetch(tf.data.AUTOTUNE)
     out = {k: v.with_options(tfseq.pipeline_options()) for k, v in out.items()}
-    info = {"vocab": vocab, "counters": counters, "stats": stats}
+    info = {"vocab": vocab, "counters": counters, "stats": stats,
+            "drop_examples": lambda: sources.drop_examples(config, required=COLUMNS,
+                                                           allowed=COLUMNS)}
     return out["train"], out["eval"], info

@@ -1,6 +1,12 @@
-"""English -> Spanish verse translation on the embedded aligned corpus.
+"""Translation: ``source -> target`` pairs from the user's files or the embedded corpus.
 
-Line N of ``kjv_en.tsv.gz`` pairs with line N of ``rv1909_es.tsv.gz`` (4th TSV field each).
+User pairs come from one file with ``--columns=source,target`` (TSV or CSV), or from two
+line-aligned plain-text files ``--source_files``/``--target_files`` (line N pairs with line N;
+files of unequal line counts are an error naming both). Without ``eval_files`` a stable hash of
+each pair holds out ``eval_percent`` of them.
+
+By default the embedded aligned corpus translates English verses to Spanish: line N of
+``kjv_en.tsv.gz`` pairs with line N of ``rv1909_es.tsv.gz`` (4th TSV field each).
 The source is the English verse, the target ``<s> w1 .. wn </s>`` in Spanish; the decoder reads
 ``<s> w1 .. wn`` (teacher forcing) and predicts ``w1 .. wn </s>``. A pair is held out for
 evaluation by a stable hash of its English ``book chapter verse``.
@@ -25,17 +31,28 @@ import dataclasses
 import tensorflow as tf
 
 import tfseq
-from pipelines import verses
+from pipelines import sources, verses
+from tfseq import formats
 from tfseq.text import BOS_ID, EOS_ID
 
 BATCHING_MODES = ("pad", "bucket")
+COLUMNS = ("source", "target")
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    source_files: tuple[str, ...] = ()     # empty: the embedded English corpus
-    target_files: tuple[str, ...] = ()     # empty: the embedded Spanish corpus
-    max_lines: int = 6000                  # read only the first N line pairs (0: all)
+    train_files: tuple[str, ...] = ()      # user files of source,target rows (globs, .gz)
+    eval_files: tuple[str, ...] = ()       # empty: hold out eval_percent of the pairs
+    format: str | None = None              # "tsv" | "csv"; None: from the extension
+    columns: tuple[str, ...] = ()          # field names in order ("_" skips); () = source,target
+    header: bool = False                   # skip each file's first line
+    source_files: tuple[str, ...] = ()     # plain text, line-aligned with target_files
+    target_files: tuple[str, ...] = ()     # (both empty, no train_files: the verse corpus)
+    max_lines: int = 6000                  # verse corpus: read only the first N pairs (0: all)
+    vocab_path: str | None = None          # not supported: each side builds or learns its own
+    vocab_size: int | None = None          # learn wordpiece/sentencepiece vocabs of this size
+    vocab_max_lines: int = 1_000_000       # lines read to learn a vocabulary
+    long_examples: str = "drop"            # "drop" (counted too_long) or "truncate"
     min_count: int = 2
     max_vocab: int = 3000                  # per language
     lowercase: bool = True
@@ -50,13 +67,85 @@ class Config:
     max_line_bytes: int = 1 << 16
 
 
+def count_lines(path: str) -> int:
+    """Lines in ``path`` (a pass in graph over its batches)."""
+    ds = sources.read_lines([path], batch_size=4096)
+    return int(ds.reduce(tf.constant(0, tf.int64),
+                         lambda n, b: n + tf.size(b, out_type=tf.int64)).numpy())
+
+
+def aligned_files(config: Config) -> list[tuple[str, str]]:
+    """(source, target) file pairs of ``source_files``/``target_files``, in order.
+
+    Raises:
+      InputError: unequal numbers of files, or a pair of files with unequal line counts
+        (naming both files and their counts).
+    """
+    if not (config.source_files and config.target_files):
+        raise formats.InputError("--source_files and --target_files go together (line-aligned "
+                                 "plain text); or give --train_files with --columns=source,target")
+    if config.train_files or config.eval_files:
+        raise formats.InputError("--source_files/--target_files replace --train_files/"
+                                 "--eval_files (a hashed --eval_percent of the pairs is held out)")
+    src = formats.resolve(config.source_files, "--source_files")
+    tgt = formats.resolve(config.target_files, "--target_files")
+    if len(src) != len(tgt):
+        raise formats.InputError(f"--source_files matches {len(src)} files but --target_files "
+                                 f"{len(tgt)}; they pair up in sorted order")
+    for s, t in zip(src, tgt):
+        ns, nt = count_lines(s), count_lines(t)
+        if ns != nt:
+            raise formats.InputError(f"{s} has {ns} lines but {t} has {nt}: source and target "
+                                     "files must be line-aligned")
+    return list(zip(src, tgt))
+
+
+def user_pairs(config: Config, split: str, counter: tfseq.DropCounter) -> tf.data.Dataset:
+    """Batches ``{"source": tf.string [n], "target": tf.string [n]}`` of one split of the user's
+    pairs, every drop counted (see ``tfseq.formats``)."""
+    if config.train_files and not config.source_files and not config.target_files:
+        ds = sources.user_rows(config, split, counter, required=COLUMNS, allowed=COLUMNS)
+    else:
+        counter.register("malformed", "invalid_utf8", "empty_text", "other_split")
+        parts = [tf.data.Dataset.zip(sources.read_lines([s]), sources.read_lines([t]))
+                 for s, t in aligned_files(config)]
+        ds = parts[0]
+        for more in parts[1:]:
+            ds = ds.concatenate(more)
+        ds = ds.apply(counter.tally("lines_read", rows=True))
+
+        def parse_and_keep(source_lines, target_lines):
+            row = {"source": source_lines, "target": target_lines}
+            ok = tf.ones_like(source_lines, tf.bool)
+            checks = {"other_split": tf.not_equal(
+                formats.in_eval_split(source_lines + "\t" + target_lines, config.eval_percent),
+                split == "eval")}
+            checks.update(formats.drop_checks(source_lines + "\t" + target_lines, row, ok))
+            keep = counter.keep_if(checks)
+            return {k: tf.boolean_mask(v, keep) for k, v in row.items()}
+
+        ds = ds.map(parse_and_keep, num_parallel_calls=tf.data.AUTOTUNE)
+    for key in COLUMNS:
+        ds = ds.apply(tfseq.filter_lines(key=key, max_line_bytes=config.max_line_bytes,
+                                         counter=counter))
+    return ds
+
+
+def pairs(config: Config, split: str, counter: tfseq.DropCounter) -> tf.data.Dataset:
+    """The pairs of one split: the user's, or the verse corpus'."""
+    if config.train_files or config.source_files or config.target_files:
+        return user_pairs(config, split, counter)
+    return verse_pairs(config, split, counter)
+
+
 def verse_pairs(config: Config, split: str, counter: tfseq.DropCounter) -> tf.data.Dataset:
     """Batches ``{"source": tf.string [n], "target": tf.string [n]}`` of one split's pairs,
     every drop counted; vectorized, one tf.data call per batch of line pairs."""
-    source_files = list(config.source_files) or [tfseq.corpus_path("kjv_en")]
-    target_files = list(config.target_files) or [tfseq.corpus_path("rv1909_es")]
+    source_files = [tfseq.corpus_path("kjv_en")]
+    target_files = [tfseq.corpus_path("rv1909_es")]
     counter.register("malformed", "misaligned", "empty_target", "empty_source", "other_split")
-    ds = tf.data.Dataset.zip(tfseq.text_lines(source_files), tfseq.text_lines(target_files))
+    ds = tf.data.Dataset.zip(sources.read_lines(source_files, batch_size=None),
+                             sources.read_lines(target_files, batch_size=None))
     if config.max_lines:
         ds = ds.take(config.max_lines)
     ds = ds.batch(verses.READ_BATCH)  # zipped line by line (the files may differ), then batched
@@ -84,17 +173,13 @@ def verse_pairs(config: Config, split: str, counter: tfseq.DropCounter) -> tf.da
 
 
 def build_vocabs(config: Config) -> tuple[tfseq.Vocab, tfseq.Vocab]:
-    """(English, Spanish) vocabularies built on the training split."""
-    pairs = verse_pairs(config, "train", tfseq.DropCounter("vocab"))
-    vocabs = []
-    for key in ("source", "target"):
-        texts = pairs.map(lambda p, key=key: p[key])
-        if config.lowercase:
-            import tensorflow_text as tf_text
-            texts = texts.map(tf_text.case_fold_utf8)
-        vocabs.append(tfseq.Vocab.build(texts, tokenizer=config.tokenizer,
-                                        min_count=config.min_count, max_size=config.max_vocab))
-    return vocabs[0], vocabs[1]
+    """(source, target) vocabularies built or learned on the training split."""
+    if config.vocab_path:
+        raise formats.InputError("--vocab is not supported by --task=translate (each side "
+                                 "builds its own; use --vocab_size to learn subword vocabularies)")
+    train = pairs(config, "train", tfseq.DropCounter("vocab"))
+    return tuple(sources.build_vocab(config, train.map(lambda p, key=key: p[key]), key)
+                 for key in COLUMNS)
 
 
 def datasets(config: Config = Config(), counters: dict | None = None):
@@ -117,13 +202,16 @@ def datasets(config: Config = Config(), counters: dict | None = None):
     for split in ("train", "eval"):
         training = split == "train"
         counter = counters[split]
-        ds = verse_pairs(config, split, counter)
+        ds = pairs(config, split, counter)
         ds = ds.apply(tfseq.tokenize(source_vocab, tokenizer=config.tokenizer, key="source",
                                      lowercase=config.lowercase))
         ds = ds.apply(tfseq.tokenize(target_vocab, tokenizer=config.tokenizer, key="target",
                                      add_bos=True, add_eos=True, lowercase=config.lowercase))
         # The length is the max over source and target (which counts <s> and </s>).
-        ds = ds.apply(tfseq.filter_by_length(max_length=config.max_length + 2, counter=counter))
+        ds = ds.apply(sources.truncate_or_drop(config, counter, "target", config.max_length + 2))
+        if config.long_examples == "truncate":
+            ds = ds.apply(sources.truncate_or_drop(config, counter, "source", config.max_length,
+                                                   min_length=0))
         ds = ds.cache()
         if training:  # whole ragged batches; bucketing also shuffles inside pools, and
             # verses.batch shuffles examples for batching="pad"
@@ -143,5 +231,8 @@ def datasets(config: Config = Config(), counters: dict | None = None):
     out = {k: v.with_options(tfseq.pipeline_options()) for k, v in out.items()}
     info = {"source_vocab": source_vocab, "target_vocab": target_vocab, "vocab": target_vocab,
             "bos_id": BOS_ID, "eos_id": EOS_ID, "max_length": config.max_length + 1,
-            "counters": counters, "stats": stats}
+            "counters": counters, "stats": stats,
+            "drop_examples": lambda: (sources.drop_examples(config, required=COLUMNS,
+                                                            allowed=COLUMNS)
+                                      if config.train_files else [])}
     return out["train"], out["eval"], info

@@ -1,6 +1,9 @@
-"""Reading the embedded corpus format shared by the classify, lm and translate pipelines.
+"""The embedded verse corpus as a source of rows for the classify, lm and translate tasks.
 
-A line is ``book<TAB>chapter<TAB>verse<TAB>text`` (see ``tfseq/data/README.md``).
+A line is ``book<TAB>chapter<TAB>verse<TAB>text`` (see ``tfseq/data/README.md``). For
+classification the label is the book's section of the canon (7 classes,
+``tfseq.corpus.SECTION_NAMES``); a verse is held out for evaluation when a hash of ``book
+chapter verse`` falls in the first ``eval_percent`` of 100 buckets.
 """
 
 from __future__ import annotations
@@ -8,9 +11,12 @@ from __future__ import annotations
 import tensorflow as tf
 
 import tfseq
+from pipelines import sources
 from tfseq._common import is_ragged_batch
+from tfseq.corpus import BOOK_TO_SECTION, SECTION_NAMES
 
-READ_BATCH = 512  # lines per batch on the vectorized path
+READ_BATCH = sources.READ_BATCH  # lines per batch on the vectorized path
+CLASS_NAMES = SECTION_NAMES
 
 
 def parse(lines: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -73,3 +79,36 @@ def batch(ds: tf.data.Dataset, config, *, training: bool) -> tf.data.Dataset:
     return ds.apply(tfseq.bucket_by_length(
         max_tokens=config.max_tokens, max_length=config.max_length + 2,
         seed=config.seed if training else None))
+
+
+def section_table() -> tf.lookup.StaticHashTable:
+    """book -> section name (``""`` for an unknown book)."""
+    books = sorted(BOOK_TO_SECTION)
+    return tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(
+            tf.constant(books), tf.constant([SECTION_NAMES[BOOK_TO_SECTION[b]] for b in books])),
+        default_value="")
+
+
+def classify_rows(files, split: str, counter: tfseq.DropCounter, eval_percent: int,
+                  **read_kwargs) -> tf.data.Dataset:
+    """Batches ``{"text": tf.string [n], "label": tf.string [n] (section name)}`` of one split
+    of the verse files, every drop counted (``malformed``, ``unknown_book``, ``other_split``)."""
+    table = section_table()
+    counter.register("malformed", "unknown_book", "other_split")
+    want_eval = split == "eval"
+
+    def parse_and_keep(lines):
+        example = parse(lines)
+        labels = table.lookup(example["book"])
+        keep = counter.keep_if({
+            "malformed": tf.logical_not(example["ok"]),
+            "unknown_book": tf.equal(labels, ""),
+            "other_split": tf.not_equal(in_eval_split(example["key"], eval_percent), want_eval),
+        })
+        return {"text": tf.boolean_mask(example["text"], keep),
+                "label": tf.boolean_mask(labels, keep)}
+
+    ds = sources.read_lines(files, batch_size=READ_BATCH, **read_kwargs)
+    ds = ds.apply(counter.tally("lines_read", rows=True))
+    return ds.map(parse_and_keep, num_parallel_calls=tf.data.AUTOTUNE)

@@ -55,6 +55,12 @@ SHAPES = {
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("files", [DEFAULT_CORPUS], "Text files (gzip if they end in .gz).")
+flags.DEFINE_list("train_files", [], "Your files, as train.py (their 'text' column; "
+                  "overrides --files/--field).")
+flags.DEFINE_enum("format", None, ["tsv", "csv", "text"],
+                  "With --train_files (default: from the extension).")
+flags.DEFINE_list("columns", [], "With --train_files: field names in order, one 'text'.")
+flags.DEFINE_boolean("header", False, "With --train_files: skip each file's first line.")
 flags.DEFINE_integer("field", 3, "0-based tab-separated field holding the text; -1: whole line.")
 flags.DEFINE_enum("synthetic", "none", ["none", "zipf", "lognormal", *SHAPES],
                   "Use synthetic lengths instead of --files: 'zipf' has a power-law tail "
@@ -82,8 +88,15 @@ HASH_BUCKETS = 30000
 
 def read_corpus(files, field) -> tf.data.Dataset:
     """Lines -> {"ids": int32 [(T)]}: whitespace tokens hashed to ids in [1, HASH_BUCKETS]."""
-    compression = "GZIP" if all(f.endswith(".gz") for f in files) else None
-    lines = tf.data.TextLineDataset(files, compression_type=compression)
+    if FLAGS.train_files:  # the text column of the user's files (parsed in graph)
+        from tfseq import formats
+
+        lines = formats.text_column(FLAGS.train_files, format=FLAGS.format,
+                                    columns=FLAGS.columns, header=FLAGS.header)
+        field = -1
+    else:
+        compression = "GZIP" if all(f.endswith(".gz") for f in files) else None
+        lines = tf.data.TextLineDataset(files, compression_type=compression)
     tokenizer = tf_text.WhitespaceTokenizer()
 
     def to_example(line):
@@ -223,7 +236,8 @@ def main(argv):
         source = f"synthetic {FLAGS.synthetic}, seed {FLAGS.seed}"
         examples = synthetic_corpus(FLAGS.synthetic, FLAGS.synthetic_size, FLAGS.seed)
     else:
-        source = f"{','.join(os.path.relpath(f) for f in FLAGS.files)} field {FLAGS.field}"
+        source = (",".join(FLAGS.train_files) if FLAGS.train_files else
+                  f"{','.join(os.path.relpath(f) for f in FLAGS.files)} field {FLAGS.field}")
         examples = read_corpus(FLAGS.files, FLAGS.field)
     budget, max_length = FLAGS.max_tokens, FLAGS.max_length
 

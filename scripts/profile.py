@@ -29,6 +29,11 @@ from absl import app, flags  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("files", [], "Text files or globs (default: the embedded English corpus).")
+flags.DEFINE_list("train_files", [], "Your files (as train.py): the 'text' column is profiled.")
+flags.DEFINE_enum("format", None, ["tsv", "csv", "text"],
+                  "With --train_files (default: from the extension).")
+flags.DEFINE_list("columns", [], "With --train_files: field names in order, one 'text'.")
+flags.DEFINE_boolean("header", False, "With --train_files: skip each file's first line.")
 flags.DEFINE_integer("field", 3, "0-based TSV field with the text; -1: the whole line.")
 flags.DEFINE_enum("batching", "bucket", ["pad", "bucket", "pack"], "Batching stage.")
 flags.DEFINE_integer("max_tokens", 8192, "Token budget per batch (bucket, pack).")
@@ -81,11 +86,20 @@ def stages(files, vocab, counter):
         return parts.to_tensor(shape=[None, FLAGS.field + 1])[:, FLAGS.field]
 
     def field(ds):
-        if FLAGS.field < 0:
+        if FLAGS.field < 0 or FLAGS.train_files:
             return ds
         return ds.map(field_of, num_parallel_calls=tf.data.AUTOTUNE)
 
     def read(_):
+        if FLAGS.train_files:  # rows of the user's files (parsed in graph), their text column
+            from tfseq import formats
+
+            fmt = user_format(files)
+            ds = formats.read_rows(files, fmt, counter, batch_size=FLAGS.read_batch or 512)
+            ds = ds.map(lambda row: row["text"])
+            if FLAGS.max_lines:
+                ds = ds.unbatch().take(FLAGS.max_lines).batch(FLAGS.read_batch or 512)
+            return ds if batched else ds.unbatch()
         if not batched:
             return tfseq.text_lines(files).take(FLAGS.max_lines or -1)
         if FLAGS.max_lines:  # exact: the first max_lines lines, then batched
@@ -155,16 +169,32 @@ def run_pass(ds):
     return time.perf_counter() - start, int(examples), int(tokens), int(elements)
 
 
+def user_format(files):
+    """The ``RowFormat`` of ``--train_files`` (any column names; one must be ``text``)."""
+    from tfseq import formats
+
+    names = tuple(c for c in FLAGS.columns if c != "_") or ("text",)
+    return formats.row_format(files, FLAGS.format, FLAGS.columns or None, FLAGS.header,
+                              required=("text",), allowed=names)
+
+
 def main(argv):
     del argv
     import tensorflow as tf
 
     import tfseq
 
-    files = tfseq.reading.resolve_files(FLAGS.files or [tfseq.corpus_path()])
-    texts = tfseq.text_lines(files)
-    if FLAGS.field >= 0:
-        texts = texts.map(lambda line: tf.strings.split(line, "\t")[FLAGS.field])
+    if FLAGS.train_files:
+        from tfseq import formats
+
+        files = formats.resolve(FLAGS.train_files)
+        texts = formats.read_rows(files, user_format(files), tfseq.DropCounter("vocab")).map(
+            lambda row: row["text"])
+    else:
+        files = tfseq.reading.resolve_files(FLAGS.files or [tfseq.corpus_path()])
+        texts = tfseq.text_lines(files)
+        if FLAGS.field >= 0:
+            texts = texts.map(lambda line: tf.strings.split(line, "\t")[FLAGS.field])
     vocab = tfseq.Vocab.build(texts)
     counter = tfseq.DropCounter()
 

@@ -5,6 +5,17 @@ Usage:
   python scripts/train.py --flagfile=runs/demo/flags.txt          # same config again
   python scripts/train.py --task=classify --batching=pad --batch_size=32 --epochs=1
 
+Your own data (``scripts/make_user_data.py`` writes examples of each):
+  python scripts/train.py --task=classify --train_files='data/*.tsv' --header --columns=label,text
+  python scripts/train.py --task=classify --train_files=d.csv --columns=text,label \
+      --tokenizer=wordpiece --vocab_size=8000
+  python scripts/train.py --task=lm --train_files=corpus.txt.gz --tokenizer=sentencepiece \
+      --vocab_size=8000
+  python scripts/train.py --task=translate --source_files=train.en --target_files=train.de
+
+Classify writes the classes to ``<model_dir>/labels.txt`` (label id = line number); every
+malformed line is a counted drop, the first few named ``file:line`` in ``report.json``.
+
 Runs are resumable: checkpoints (model, optimizer, the tf.data iterator and the drop counters)
 go to ``--model_dir`` every ``--checkpoint_every`` steps, at each epoch end and on
 SIGINT/SIGTERM; running the same command again continues mid-epoch with no example lost or
@@ -32,12 +43,26 @@ _FLAGS_BEFORE = set(FLAGS)
 
 flags.DEFINE_enum("task", "classify", sorted(tasks.TASKS), "Which task to train.")
 flags.DEFINE_string("model_dir", "runs/default", "Checkpoints, logs, flags and the report.")
-flags.DEFINE_list("files", [], "Input files or globs (default: the embedded corpus).")
-flags.DEFINE_string("vocab", None, "Vocabulary file to load instead of building one.")
+flags.DEFINE_list("files", [], "Verse-format files or globs (default: the embedded corpus).")
+flags.DEFINE_list("train_files", [], "Your training files: comma-separated globs, .gz allowed.")
+flags.DEFINE_list("eval_files", [], "Your eval files (default: hold out --eval_percent).")
+flags.DEFINE_enum("format", None, ["tsv", "csv", "text"], "File format (default: extension).")
+flags.DEFINE_list("columns", [], "Field names in order, e.g. label,text ('_' skips a field).")
+flags.DEFINE_boolean("header", False, "Skip the first line of every file.")
+flags.DEFINE_integer("eval_percent", None, "Percent of training lines held out (hashed).")
+flags.DEFINE_list("source_files", [], "translate: source side, plain text line-aligned.")
+flags.DEFINE_list("target_files", [], "translate: target side, plain text line-aligned.")
+flags.DEFINE_enum("tokenizer", None, ["whitespace", "unicode_script", "wordpiece",
+                                      "sentencepiece"], "Tokenizer (task default: whitespace).")
+flags.DEFINE_integer("vocab_size", None, "Learn a wordpiece/sentencepiece vocab of this size.")
+flags.DEFINE_integer("vocab_max_lines", None, "Lines read to learn a vocabulary (1M default).")
+flags.DEFINE_enum("long_examples", None, ["truncate", "drop"],
+                  "Examples over --max_length: truncate (counted) or drop (counted).")
+flags.DEFINE_string("vocab", None, "Vocabulary file (or SentencePiece .model) to load.")
 flags.DEFINE_enum("batching", None, ["pad", "bucket", "pack"], "Batching mode (task default).")
 flags.DEFINE_integer("batch_size", None, "Examples per batch for --batching=pad.")
 flags.DEFINE_integer("max_tokens", None, "Token budget (rows x padded length) per batch.")
-flags.DEFINE_integer("max_length", None, "Longer examples are dropped (counted).")
+flags.DEFINE_integer("max_length", None, "Tokens per example (see --long_examples).")
 flags.DEFINE_integer("block_length", None, "Row length for --batching=pack.")
 flags.DEFINE_list("boundaries", None, "Bucket boundaries for --batching=bucket.")
 flags.DEFINE_integer("seed", 0, "Seed for shuffling.")
@@ -58,7 +83,13 @@ _CONFIG_FLAGS = {
     "files": "files", "vocab": "vocab_path", "batching": "batching", "batch_size": "batch_size",
     "max_tokens": "max_tokens", "max_length": "max_length", "block_length": "block_length",
     "boundaries": "boundaries", "seed": "seed", "tbptt": "tbptt",
+    "train_files": "train_files", "eval_files": "eval_files", "format": "format",
+    "columns": "columns", "header": "header", "eval_percent": "eval_percent",
+    "source_files": "source_files", "target_files": "target_files", "tokenizer": "tokenizer",
+    "vocab_size": "vocab_size", "vocab_max_lines": "vocab_max_lines",
+    "long_examples": "long_examples",
 }
+_LIST_FLAGS = ("files", "train_files", "eval_files", "columns", "source_files", "target_files")
 
 
 def build_config(pipeline):
@@ -71,13 +102,13 @@ def build_config(pipeline):
     values = {}
     for flag_name, field in _CONFIG_FLAGS.items():
         flag = FLAGS[flag_name]
-        if not flag.present:
+        if not flag.present or flag.value == flag.default:  # a flagfile repeats the defaults
             continue
         if field not in fields:
             raise app.UsageError(f"--{flag_name} is not used by --task={FLAGS.task} "
                                  f"(its options: {sorted(fields)})")
         value = flag.value
-        if flag_name == "files":
+        if flag_name in _LIST_FLAGS:
             value = tuple(value)
         if flag_name == "boundaries":
             value = tuple(int(b) for b in value)
@@ -91,7 +122,31 @@ def build_config(pipeline):
         raise app.UsageError(f"--block_length applies to --batching=pack, not --batching={batching}")
     if FLAGS["boundaries"].present and batching != "bucket":
         raise app.UsageError(f"--boundaries applies to --batching=bucket, not --batching={batching}")
+    if FLAGS.max_tokens is not None and batching == "pad":
+        raise app.UsageError("--max_tokens applies to --batching=bucket or pack, not "
+                             "--batching=pad (use --batch_size)")
+    check_no_effect(config)
     return config
+
+
+def check_no_effect(config) -> None:
+    """A flag that would be silently ignored with the other flags given is an error naming it."""
+    user = bool(getattr(config, "train_files", ())) or bool(getattr(config, "source_files", ()))
+    for name in ("eval_files", "format", "columns", "header"):
+        if FLAGS[name].value and not getattr(config, "train_files", ()):
+            raise app.UsageError(f"--{name} applies to --train_files, which is not given")
+    if FLAGS.eval_percent is not None and getattr(config, "eval_files", ()):
+        raise app.UsageError("--eval_percent has no effect with --eval_files (nothing is held out)")
+    if FLAGS.files and user:
+        raise app.UsageError("--files (verse-format files) and --train_files/--source_files "
+                             "exclude each other")
+    learned = getattr(config, "tokenizer", None) in ("wordpiece", "sentencepiece")
+    for name in ("vocab_size", "vocab_max_lines"):
+        if FLAGS[name].value is not None and not learned:
+            raise app.UsageError(f"--{name} applies to --tokenizer=wordpiece or sentencepiece, "
+                                 f"not --tokenizer={getattr(config, 'tokenizer', 'whitespace')}")
+    if FLAGS.vocab and FLAGS.vocab_size is not None:
+        raise app.UsageError("--vocab loads a vocabulary; --vocab_size learns one: give one")
 
 
 def save_run_files(model_dir: str, argv) -> None:
@@ -121,6 +176,8 @@ def format_report(report: dict) -> str:
     else:
         lines.append(f"  training: {report['steps']} steps, {report['train_seconds']:.1f} s, "
                      f"{report['real_tokens_per_second']:,.0f} real tokens/s")
+    for example in report.get("drop_examples", []):
+        lines.append(f"  dropped: {example}")
     for key, value in report.get("eval", {}).items():
         lines.append(f"  held-out {key}: {value:.4f}")
     if "majority_baseline" in report:
@@ -146,6 +203,9 @@ def main(argv):
     task = "lm_tbptt" if FLAGS.task == "lm" and FLAGS["tbptt"].present else FLAGS.task
     pipeline, model_module = tasks.load(task)
     config = build_config(pipeline)
+    if FLAGS.max_tokens is not None and FLAGS.max_tokens <= 0:
+        raise app.UsageError(f"--max_tokens must be a positive number of tokens per batch; "
+                             f"received {FLAGS.max_tokens}")
     distributed = FLAGS.num_replicas > 1 or FLAGS.data_service
     if distributed and not hasattr(pipeline, "replica_dataset_fn"):
         raise app.UsageError(f"--num_replicas/--data_service are not supported by --task={FLAGS.task} "
@@ -163,7 +223,7 @@ def main(argv):
                               tfseq.mirrored_strategy(FLAGS.num_replicas))
     logging.info("config: %s", config)
 
-    train_ds, eval_ds, info = pipeline.datasets(config)
+    train_ds, eval_ds, info = input_datasets(pipeline, config)
     model = model_module.build_model(config, info)
     counters = info.get("counters", {})
     stats = info.get("stats", {})
@@ -227,6 +287,7 @@ def main(argv):
         if hasattr(pipeline, "majority_baseline"):
             report["majority_baseline"] = pipeline.majority_baseline(eval_ds)
     report["counters"] = {k: {"seen": c.seen(), "drops": c.drops()} for k, c in counters.items()}
+    add_drop_examples(report, info)
     with open(os.path.join(FLAGS.model_dir, "report.json"), "w") as f:
         json.dump(report, f, indent=2, default=str)
     print(format_report(report))
@@ -237,6 +298,32 @@ def main(argv):
         export_run(FLAGS.model_dir, FLAGS.task, config, model, info)
 
 
+def input_datasets(pipeline, config):
+    """``pipeline.datasets(config)``; bad input (missing, empty or unparseable files, bad
+    options) exits with the message and status 2, no traceback (``--verbose=2`` logs it).
+    Writes ``<model_dir>/labels.txt`` (one class name per line, in label-id order)."""
+    from tfseq.formats import InputError
+
+    try:
+        train_ds, eval_ds, info = pipeline.datasets(config)
+    except (InputError, FileNotFoundError, ValueError) as e:
+        logging.info("input error", exc_info=True)
+        print(f"{os.path.basename(sys.argv[0])}: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    if info.get("class_names") is not None:
+        with open(os.path.join(FLAGS.model_dir, "labels.txt"), "w", encoding="utf-8") as f:
+            f.write("".join(f"{name}\n" for name in info["class_names"]))
+    return train_ds, eval_ds, info
+
+
+def add_drop_examples(report: dict, info: dict, limit: int = 5) -> None:
+    """``report["drop_examples"]``: the first ``file:line: reason`` of malformed lines."""
+    dropped = any(n for c in report["counters"].values() for r, n in c["drops"].items()
+                  if r in ("malformed", "invalid_utf8", "empty_text"))
+    if dropped and callable(info.get("drop_examples")):
+        report["drop_examples"] = info["drop_examples"]()[:limit]
+
+
 def train_replicas(pipeline, model_module, config, strategy) -> None:
     """``model.fit`` on ``strategy`` with in-graph split batches (never an empty replica).
 
@@ -245,7 +332,7 @@ def train_replicas(pipeline, model_module, config, strategy) -> None:
     """
     import keras
 
-    train_ds, eval_ds, info = pipeline.datasets(config)
+    train_ds, eval_ds, info = input_datasets(pipeline, config)
     with strategy.scope():
         model = model_module.build_model(config, info)
     dist = strategy.distribute_datasets_from_function(

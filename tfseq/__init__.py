@@ -15,6 +15,8 @@ from tfseq.batching import pad_batch
 from tfseq._common import pipeline_options, unbatch
 from tfseq.stats import BatchStats, DropCounter, default_counter, step_efficiency
 from tfseq.corpus import corpus_path
+from tfseq import formats  # user files: tsv / csv / text rows with named columns
+from tfseq.pipeline import training_pipeline
 
 # --- bucketing
 from tfseq.bucketing import bucket_by_length, fit_boundaries

@@ -26,7 +26,8 @@ from tfseq._common import Transform, unbatch
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 RESERVED = (PAD, UNK, BOS, EOS)
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-TOKENIZERS = ("whitespace", "unicode_script", "wordpiece")
+TOKENIZERS = ("whitespace", "unicode_script", "wordpiece", "sentencepiece")
+LEARNED_TOKENIZERS = ("wordpiece", "sentencepiece")
 
 
 class Vocab:
@@ -34,6 +35,8 @@ class Vocab:
 
     Args:
       tokens: every token in id order; must start with ``<pad>, <unk>, <s>, </s>`` and be unique.
+      sentencepiece_model: the serialized SentencePiece model whose pieces are ``tokens`` (ids
+        equal: trained with ``pad_id=0, unk_id=1, bos_id=2, eos_id=3``); ``None`` otherwise.
 
     Raises:
       ValueError: the reserved tokens are missing or out of place, a token is empty, contains
@@ -41,7 +44,8 @@ class Vocab:
         its ids).
     """
 
-    def __init__(self, tokens: Sequence[str]):
+    def __init__(self, tokens: Sequence[str], *, sentencepiece_model: bytes | None = None):
+        self.sentencepiece_model = sentencepiece_model
         tokens = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in tokens]
         if tuple(tokens[: len(RESERVED)]) != RESERVED:
             raise ValueError(f"A vocabulary must start with the reserved tokens {list(RESERVED)}; "
@@ -99,14 +103,97 @@ class Vocab:
             kept = kept[: max_size - len(RESERVED)]
         return cls(list(RESERVED) + [t.decode("utf-8", errors="replace") for t, _ in kept])
 
+    @classmethod
+    def learn(cls, files_or_dataset, *, tokenizer: str = "wordpiece", vocab_size: int = 8000,
+              max_lines: int = 1_000_000, lowercase: bool = False, progress_every: int = 100_000,
+              **options) -> "Vocab":
+        """Learns a subword vocabulary from a bounded sample of text.
+
+        Args:
+          files_or_dataset: file paths/globs (``.gz`` allowed) or a dataset of ``tf.string``
+            lines (or ``[n]`` batches of lines).
+          tokenizer: ``"wordpiece"`` (tensorflow-text's learner,
+            ``tensorflow_text.tools.wordpiece_vocab``, over whitespace-split words; tokenize
+            with ``tokenizer="wordpiece"``) or ``"sentencepiece"`` (a unigram model from the
+            ``sentencepiece`` package with ``pad/unk/bos/eos`` ids 0-3, so its ids are this
+            vocabulary's ids; tokenize with ``tokenizer="sentencepiece"``).
+          vocab_size: target size including the 4 reserved tokens (WordPiece may stay a little
+            below; SentencePiece may stay below on a tiny corpus).
+          max_lines: read at most this many lines.
+          lowercase: case-fold the sample first (then tokenize with ``lowercase=True`` too).
+          progress_every: log progress every this many lines (absl INFO).
+          **options: passed to the learner (``wordpiece_tokenizer_learner_lib.learn`` or
+            ``sentencepiece.SentencePieceTrainer.train``), e.g. ``lower_thresh`` or
+            ``model_type``.
+
+        Returns:
+          A ``Vocab``; for SentencePiece its ``sentencepiece_model`` holds the model bytes.
+
+        Raises:
+          ValueError: an unknown ``tokenizer``, ``vocab_size`` <= 4, or no text to learn from.
+        """
+        from absl import logging
+
+        if tokenizer not in LEARNED_TOKENIZERS:
+            raise ValueError(f"Vocab.learn: tokenizer must be one of {LEARNED_TOKENIZERS}; "
+                             f"received {tokenizer!r}")
+        if vocab_size <= len(RESERVED):
+            raise ValueError(f"vocab_size must exceed the {len(RESERVED)} reserved tokens; "
+                             f"received vocab_size={vocab_size}")
+        lines = files_or_dataset
+        if not isinstance(lines, tf.data.Dataset):
+            from tfseq.reading import text_lines
+            lines = text_lines(lines, batch_size=1024)
+        elif lines.element_spec.shape.rank == 0:
+            lines = lines.batch(1024)
+        if lowercase:
+            lines = lines.map(tf_text.case_fold_utf8)
+
+        def sample():
+            """Python str lines, at most max_lines, with progress."""
+            read = 0
+            for batch in lines.as_numpy_iterator():
+                for line in batch.tolist():
+                    if read >= max_lines:
+                        return
+                    read += 1
+                    if progress_every and read % progress_every == 0:
+                        logging.info("Vocab.learn(%s): %d lines read", tokenizer, read)
+                    yield line.decode("utf-8", errors="replace")
+            logging.info("Vocab.learn(%s): %d lines read", tokenizer, read)
+
+        if tokenizer == "sentencepiece":
+            return _learn_sentencepiece(sample(), vocab_size, options)
+        from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as lib
+
+        counts: collections.Counter = collections.Counter()
+        for line in sample():
+            counts.update(line.split())
+        if not counts:
+            raise ValueError("Vocab.learn: no words in the sample to learn a vocabulary from")
+        options.setdefault("lower_thresh", 1)
+        learned = lib.learn(counts, vocab_size, list(RESERVED), **options)
+        tokens = list(RESERVED) + [t for t in learned if t not in RESERVED]
+        logging.info("Vocab.learn(wordpiece): %d tokens from %d distinct words", len(tokens),
+                     len(counts))
+        return cls(tokens[:vocab_size])
+
     def save(self, path: str | os.PathLike) -> None:
-        """Writes one token per line, UTF-8; line i (0-based) is id i."""
+        """Writes one token per line, UTF-8; line i (0-based) is id i. A SentencePiece
+        vocabulary given a ``.model`` path writes the serialized model instead."""
+        if os.fspath(path).endswith(".model"):
+            if self.sentencepiece_model is None:
+                raise ValueError(f"{path}: only a SentencePiece vocabulary saves as .model; "
+                                 "use a .txt path")
+            with open(path, "wb") as f:
+                f.write(self.sentencepiece_model)
+            return
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join(self._tokens) + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Vocab":
-        """Reads a file written by ``save``.
+        """Reads a file written by ``save`` (a ``.model`` path: a SentencePiece model).
 
         Raises:
           FileNotFoundError: no such file.
@@ -117,6 +204,8 @@ class Vocab:
             raise FileNotFoundError(f"No vocabulary file at {path!r}")
         with open(path, "rb") as f:
             raw = f.read()
+        if path.endswith(".model"):
+            return _sentencepiece_vocab(raw, path)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -173,22 +262,72 @@ class Vocab:
         return f"Vocab(size={len(self)}, first={self._tokens[4:9]})"
 
 
+def _learn_sentencepiece(sentences, vocab_size: int, options: dict) -> Vocab:
+    import io
+
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    params = dict(model_type="unigram", character_coverage=1.0, hard_vocab_limit=False,
+                  pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID, pad_piece=PAD,
+                  unk_piece=UNK, bos_piece=BOS, eos_piece=EOS, minloglevel=2)
+    params.update(options)
+    spm.SentencePieceTrainer.train(sentence_iterator=sentences, model_writer=model,
+                                   vocab_size=vocab_size, **params)
+    return _sentencepiece_vocab(model.getvalue(), "<learned>")
+
+
+def _sentencepiece_vocab(model: bytes, where: str) -> Vocab:
+    """A ``Vocab`` of a serialized SentencePiece model's pieces (ids must put the reserved
+    tokens first: ``pad_id=0, unk_id=1, bos_id=2, eos_id=3``)."""
+    import sentencepiece as spm
+
+    try:
+        processor = spm.SentencePieceProcessor(model_proto=model)
+    except Exception as e:  # the package raises RuntimeError/OSError on a bad proto
+        raise ValueError(f"{where}: not a SentencePiece model ({e})") from None
+    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+    try:
+        return Vocab(pieces, sentencepiece_model=model)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e} (train SentencePiece with pad_id=0, unk_id=1, bos_id=2, "
+                         "eos_id=3 and pieces <pad> <unk> <s> </s>)") from None
+
+
 class _WordpieceTokenizer:
-    """Whitespace split, then wordpieces from the vocabulary's ``##`` continuation tokens."""
+    """Whitespace split, then wordpieces (``FastWordpieceTokenizer``) from the vocabulary's
+    ``##`` continuation tokens; ``tokenize`` gives piece strings."""
 
     def __init__(self, vocab: Vocab):
         self._whitespace = tf_text.WhitespaceTokenizer()
         with tf.init_scope():
-            table = tf.lookup.StaticHashTable(
-                tf.lookup.KeyValueTensorInitializer(
-                    tf.constant(vocab.tokens), tf.range(vocab.size, dtype=tf.int64)),
-                default_value=-1)
-            self._wordpiece = tf_text.WordpieceTokenizer(
-                table, token_out_type=tf.string, unknown_token=UNK)
+            self._wordpiece = tf_text.FastWordpieceTokenizer(
+                vocab.tokens, suffix_indicator="##", unknown_token=UNK,
+                token_out_type=tf.string, no_pretokenization=True)
 
     def tokenize(self, lines):
         words = self._whitespace.tokenize(lines)
         return self._wordpiece.tokenize(words).merge_dims(-2, -1)
+
+
+class _SentencepieceTokenizer:
+    """``tensorflow_text.SentencepieceTokenizer`` over ``vocab.sentencepiece_model``:
+    ``tokenize`` gives piece strings (whose ``Vocab`` ids equal the model's ids) and
+    ``detokenize`` takes int ids back to text."""
+
+    def __init__(self, vocab: Vocab):
+        with tf.init_scope():
+            self._pieces = tf_text.SentencepieceTokenizer(vocab.sentencepiece_model,
+                                                          out_type=tf.string)
+            self._ids = tf_text.SentencepieceTokenizer(vocab.sentencepiece_model,
+                                                       out_type=tf.int32)
+
+    def tokenize(self, lines):
+        return self._pieces.tokenize(lines)
+
+    def detokenize(self, ids):
+        """int32 ``[..., (T)]`` ids -> ``tf.string [...]`` text."""
+        return self._ids.detokenize(ids)
 
 
 def get_tokenizer(tokenizer=None, vocab: Vocab | None = None):
@@ -197,9 +336,11 @@ def get_tokenizer(tokenizer=None, vocab: Vocab | None = None):
     Args:
       tokenizer: ``None``/``"whitespace"`` (``tensorflow_text.WhitespaceTokenizer``),
         ``"unicode_script"`` (``UnicodeScriptTokenizer``: splits punctuation and scripts),
-        ``"wordpiece"`` (whitespace then ``WordpieceTokenizer`` over ``vocab``'s ``##`` pieces),
+        ``"wordpiece"`` (whitespace then ``FastWordpieceTokenizer`` over ``vocab``'s ``##``
+        pieces), ``"sentencepiece"`` (``SentencepieceTokenizer`` over
+        ``vocab.sentencepiece_model``),
         or any object with a ``tokenize(strings) -> RaggedTensor`` method.
-      vocab: needed for ``"wordpiece"``.
+      vocab: needed for ``"wordpiece"`` and ``"sentencepiece"``.
 
     Raises:
       ValueError: an unknown name, or ``"wordpiece"`` without a vocab.
@@ -212,6 +353,11 @@ def get_tokenizer(tokenizer=None, vocab: Vocab | None = None):
         if vocab is None:
             raise ValueError("tokenizer='wordpiece' needs the wordpiece vocabulary (vocab=...)")
         return _WordpieceTokenizer(vocab)
+    if tokenizer == "sentencepiece":
+        if vocab is None or vocab.sentencepiece_model is None:
+            raise ValueError("tokenizer='sentencepiece' needs a SentencePiece vocabulary (from "
+                             "Vocab.learn(..., tokenizer='sentencepiece') or Vocab.load('x.model'))")
+        return _SentencepieceTokenizer(vocab)
     if isinstance(tokenizer, str):
         raise ValueError(f"Unknown tokenizer {tokenizer!r}; expected one of {TOKENIZERS} "
                          "or an object with a tokenize() method")
