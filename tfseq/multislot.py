@@ -22,7 +22,7 @@ Malformed lines. Each is classified by the first problem found, left to right:
     missing_slot      ends before a slot (an empty line is missing its first slot)
     bad_count         has a count that is not a non-negative integer
     count_too_large   has a count larger than the tokens left on the line
-    non_numeric       has a value that is not a uint64 id (digits, < 2**63) or a finite float
+    non_numeric       has a value that is not a uint64 id (digits, <= 2**64 - 1) or a finite float
     dense_size        has a dense slot whose count is not prod(shape)
     extra_tokens      has tokens left after the last slot
 
@@ -32,7 +32,8 @@ line and counts it under its reason in the ``DropCounter`` (``counter.drops()``)
 
 Files are read ``num_parallel_reads`` at a time, interleaved line by line (Paddle's reader
 threads). ``pipe_command`` (an argv list, never a shell string) preprocesses each file before
-the graph runs, as Paddle's ``pipe_command`` does: the file's bytes go to the command's stdin,
+the graph runs, as Paddle's ``pipe_command`` does: the file's bytes (decompressed first for a
+``.gz`` file, as Paddle's ``zcat``) go to the command's stdin,
 its stdout is written to a file under ``pipe_dir`` and that file is parsed. The commands run in
 Python (one subprocess per file, ``num_parallel_reads`` at a time) when ``read`` is called; a
 command that is not found raises ``FileNotFoundError`` and a non-zero exit raises
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import gzip
 import math
 import os
 import shutil
@@ -67,7 +69,7 @@ KINDS = ("sparse", "dense")
 REASONS = ("missing_slot", "bad_count", "count_too_large", "non_numeric", "dense_size",
            "extra_tokens")
 _CODE = {reason: i + 1 for i, reason in enumerate(REASONS)}  # 0 means "ok"
-_INT64_MAX_HEAD = 922337203685477580  # 2**63 - 1 == _INT64_MAX_HEAD * 10 + 7
+_UINT64_MAX_HEAD, _UINT64_MAX_TAIL = divmod(2 ** 64 - 1, 10 ** 10)
 _FLOAT_RE = r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?"
 _MAX_COUNT = 1 << 31
 
@@ -139,20 +141,26 @@ def _check_slots(slots) -> tuple[Slot, ...]:
 
 
 def _parse_uint64(tokens: tf.Tensor):
-    """(ok bool [K], int64 [K]): digit strings below 2**63, exactly; others -> (False, 0)."""
+    """(ok bool [K], int64 [K]): digit strings up to 2**64 - 1, bit-cast to int64 as Paddle does.
+
+    Ids 2**63 .. 2**64 - 1 read as negative int64 (2**64 - 1 -> -1), exactly like Paddle's
+    ``strtoull`` followed by a cast to int64. Signs, other characters and values past
+    2**64 - 1 -> (False, 0).
+    """
     digits = tf.strings.regex_full_match(tokens, "[0-9]+")
     text = tf.where(digits, tf.strings.regex_replace(tokens, "^0+([0-9])", r"\1"), "0")
     length = tf.strings.length(text)
-    short = length <= 18
-    short_value = tf.strings.to_number(tf.where(short, text, "0"), tf.int64)
-    long = tf.logical_and(digits, tf.equal(length, 19))
-    long_text = tf.where(long, text, "0" * 19)
-    head = tf.strings.to_number(tf.strings.substr(long_text, 0, 18), tf.int64)
-    last = tf.strings.to_number(tf.strings.substr(long_text, 18, 1), tf.int64)
-    long_ok = long & ((head < _INT64_MAX_HEAD) | ((head == _INT64_MAX_HEAD) & (last <= 7)))
-    long_value = tf.where(long_ok, head, 0) * 10 + tf.where(long_ok, last, 0)
-    ok = digits & (short | long_ok)
-    return ok, tf.where(short, short_value, long_value)
+    ok = digits & (length <= 20)
+    # Up to 20 digits: a head of length - 10 digits and a tail of the last 10; both fit int64.
+    padded = tf.where(ok, tf.strings.join([tf.fill(tf.shape(text), "0" * 20), text]), "0" * 21)
+    padded = tf.strings.substr(padded, -20, 20)
+    head = tf.strings.to_number(tf.strings.substr(padded, 0, 10), tf.int64)
+    tail = tf.strings.to_number(tf.strings.substr(padded, 10, 10), tf.int64)
+    ok = ok & ((head < _UINT64_MAX_HEAD) |
+               ((head == _UINT64_MAX_HEAD) & (tail <= _UINT64_MAX_TAIL)))
+    value = (tf.cast(tf.where(ok, head, 0), tf.uint64) * tf.constant(10 ** 10, tf.uint64)
+             + tf.cast(tf.where(ok, tail, 0), tf.uint64))
+    return ok, tf.bitcast(value, tf.int64)
 
 
 def _parse_float(tokens: tf.Tensor):
@@ -176,7 +184,7 @@ def _detail_table(slots: tuple[Slot, ...]) -> list[list[str]]:
                 "missing_slot": "the line ends before this slot",
                 "bad_count": "its count is not a non-negative integer",
                 "count_too_large": "its count is larger than the number of tokens left",
-                "non_numeric": ("a value is not an id (digits, below 2**63)" if slot.type ==
+                "non_numeric": ("a value is not an id (digits, at most 2**64 - 1)" if slot.type ==
                                 "uint64" else "a value is not a finite decimal number"),
                 "dense_size": f"a dense slot of shape {slot.shape} needs a count of {slot.size}",
                 "extra_tokens": "",
@@ -234,7 +242,8 @@ def parse(lines, slots):
         fail(pos >= num_tokens, "missing_slot", k)
         at = tf.where(tf.equal(errors, 0), starts + pos, sentinel)
         count = tf.gather(id_value, at)
-        fail(tf.logical_not(tf.gather(id_ok, at) & (count < _MAX_COUNT)), "bad_count", k)
+        fail(tf.logical_not(tf.gather(id_ok, at) & (count >= 0) & (count < _MAX_COUNT)),
+             "bad_count", k)
         fail(pos + 1 + count > num_tokens, "count_too_large", k)
         if slot.kind == "dense":
             fail(tf.not_equal(count, slot.size), "dense_size", k)
@@ -276,16 +285,37 @@ def _check_argv(pipe_command) -> list[str]:
 def run_pipe_command(pipe_command: Sequence[str], path: str, out_path: str) -> None:
     """Runs ``pipe_command`` with ``path``'s bytes on stdin and its stdout into ``out_path``.
 
+    A ``.gz`` file is decompressed first (Paddle pipes it through ``zcat`` before the command),
+    so ``pipe_command=["cat"]`` (Paddle's default) reads a gzip feed as plain text.
+
     Raises:
       FileNotFoundError: the command (``pipe_command[0]``) is not found; names file and command.
       PipeCommandError: the command exits with a non-zero status; names file, command, status
         and the end of its stderr.
     """
     argv = _check_argv(pipe_command)
+    if path.endswith(".gz"):
+        verify_gzip(path)
     try:
-        with open(path, "rb") as stdin, open(out_path, "wb") as stdout:
-            result = subprocess.run(argv, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
-                                    check=False)
+        with open(out_path, "wb") as stdout, tempfile.TemporaryFile() as stderr:
+            if path.endswith(".gz"):
+                # Paddle's fs layer pipes a .gz file through zcat before the pipe command.
+                process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=stdout,
+                                           stderr=stderr)
+                try:
+                    with gzip.open(path, "rb") as source:
+                        shutil.copyfileobj(source, process.stdin, 1 << 20)
+                except BrokenPipeError:
+                    pass  # the command stopped reading; its exit status tells the rest
+                finally:
+                    process.stdin.close()
+                returncode = process.wait()
+            else:
+                with open(path, "rb") as stdin:
+                    returncode = subprocess.run(argv, stdin=stdin, stdout=stdout, stderr=stderr,
+                                                check=False).returncode
+            stderr.seek(0)
+            err = stderr.read()
     except FileNotFoundError as e:
         if not os.path.exists(path):
             raise
@@ -294,9 +324,9 @@ def run_pipe_command(pipe_command: Sequence[str], path: str, out_path: str) -> N
     except PermissionError as e:
         raise PipeCommandError(f"pipe_command {argv!r} for file {path!r}: command {argv[0]!r} "
                                f"cannot be run ({e.strerror})") from e
-    if result.returncode != 0:
-        stderr = result.stderr.decode("utf-8", "replace").strip()[-500:]
-        raise PipeCommandError(f"pipe_command {argv!r} exited with status {result.returncode} "
+    if returncode != 0:
+        stderr = err.decode("utf-8", "replace").strip()[-500:]
+        raise PipeCommandError(f"pipe_command {argv!r} exited with status {returncode} "
                                f"on file {path!r}" + (f": {stderr}" if stderr else ""))
 
 
@@ -430,7 +460,10 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
                 "MultiSlot parse error in ", name[bad], " line ",
                 tf.strings.as_string(line_number[bad]), ": ",
                 tf.gather_nd(details, [errors[bad], error_slots[bad]]), ". Line: ",
-                tf.strings.substr(line[bad], 0, 200)])
+                # Cut at 200 bytes, then made valid UTF-8 (a bad byte or a split character
+                # becomes U+FFFD) so the message itself can always be decoded.
+                tf.strings.unicode_transcode(tf.strings.substr(line[bad], 0, 200), "UTF-8",
+                                             "UTF-8", errors="replace")])
             check = tf.debugging.Assert(tf.reduce_all(tf.equal(errors, 0)), [message])
             with tf.control_dependencies([check]):
                 return tf.nest.map_structure(tf.identity, features)
