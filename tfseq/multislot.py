@@ -49,6 +49,7 @@ import dataclasses
 import gzip
 import math
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -61,8 +62,8 @@ from tfseq._common import check_positive_int, unbatch
 from tfseq.reading import resolve_files, verify_gzip
 from tfseq.stats import resolve_counter
 
-__all__ = ["Slot", "REASONS", "PipeCommandError", "parse", "read", "run_pipe_command",
-           "format_line"]
+__all__ = ["Slot", "REASONS", "READERS", "PipeCommandError", "parse", "read", "run_pipe_command",
+           "format_line", "slots_from_paddle", "slots_from_desc"]
 
 TYPES = ("uint64", "float")
 KINDS = ("sparse", "dense")
@@ -72,6 +73,7 @@ _CODE = {reason: i + 1 for i, reason in enumerate(REASONS)}  # 0 means "ok"
 _UINT64_MAX_HEAD, _UINT64_MAX_TAIL = divmod(2 ** 64 - 1, 10 ** 10)
 _FLOAT_RE = r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?"
 _MAX_COUNT = 1 << 31
+READERS = ("queue", "in_memory")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,12 +86,15 @@ class Slot:
       kind: ``"sparse"`` (any number of values: ``[(n)]`` per line, RaggedTensor ``[B, (n)]``
         batched) or ``"dense"`` (exactly ``prod(shape)`` values: ``shape`` per line).
       shape: dense slots only: the per-line shape, e.g. ``(1,)`` or ``(4,)``; ``()`` is a scalar.
+      used: ``False`` (Paddle's ``is_used: false``): the slot is parsed and checked but not
+        emitted.
     """
 
     name: str
     type: str = "uint64"
     kind: str = "sparse"
     shape: tuple[int, ...] = ()
+    used: bool = True
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -128,7 +133,7 @@ def _check_slots(slots) -> tuple[Slot, ...]:
     for slot in slots:
         if isinstance(slot, Slot):
             out.append(slot)
-        elif isinstance(slot, (tuple, list)) and 1 <= len(slot) <= 4:
+        elif isinstance(slot, (tuple, list)) and 1 <= len(slot) <= 5:
             out.append(Slot(*slot))
         else:
             raise TypeError(f"Each slot must be a Slot or a (name, type, kind[, shape]) tuple; "
@@ -137,7 +142,91 @@ def _check_slots(slots) -> tuple[Slot, ...]:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"Slot names must be unique; duplicated: {duplicates}")
+    if not any(s.used for s in out):
+        raise ValueError("At least one slot must be used (used=True / is_used: true)")
     return tuple(out)
+
+
+_PADDLE_DTYPES = {"int64": "uint64", "uint64": "uint64", "float32": "float", "float": "float"}
+
+
+def slots_from_paddle(use_vars) -> tuple[Slot, ...]:
+    """Slots from Paddle's ``dataset.set_use_var`` declarations, in the same order.
+
+    Args:
+      use_vars: ``(name, dtype, lod_level, shape)`` tuples, as the variables passed to
+        ``set_use_var`` were declared (``paddle.static.data(name, shape, dtype, lod_level)``):
+        dtype ``"int64"`` or ``"float32"``; ``lod_level`` 1 is a sparse slot, 0 a dense one whose
+        shape is ``shape`` without its leading batch dimension (``-1`` / ``None``), e.g.
+        ``("click", "int64", 0, [-1, 1])`` -> ``Slot("click", "uint64", "dense", (1,))``.
+
+    Returns:
+      tuple of ``Slot``.
+
+    Raises:
+      ValueError: an unknown dtype, a lod_level other than 0/1, or a dense shape that is not
+        fully known.
+    """
+    out = []
+    for var in use_vars:
+        if not isinstance(var, (tuple, list)) or len(var) != 4:
+            raise TypeError(f"slots_from_paddle: each entry must be (name, dtype, lod_level, "
+                            f"shape); received {var!r}")
+        name, dtype, lod_level, shape = var
+        if str(dtype) not in _PADDLE_DTYPES:
+            raise ValueError(f"slots_from_paddle: var {name!r} has dtype {dtype!r}; MultiSlot "
+                             f"feeds hold {sorted(_PADDLE_DTYPES)}")
+        if lod_level == 1:
+            out.append(Slot(name, _PADDLE_DTYPES[str(dtype)], "sparse"))
+        elif lod_level == 0:
+            dims = list(shape or [])
+            if dims and dims[0] in (-1, None):
+                dims = dims[1:]
+            if not dims or any(d in (-1, None) for d in dims):
+                raise ValueError(f"slots_from_paddle: dense var {name!r} needs a known shape "
+                                 f"after the batch dimension; received shape={shape!r}")
+            out.append(Slot(name, _PADDLE_DTYPES[str(dtype)], "dense", tuple(dims)))
+        else:
+            raise ValueError(f"slots_from_paddle: var {name!r} has lod_level={lod_level!r}; "
+                             f"MultiSlot feeds use 0 (dense) or 1 (sparse)")
+    return _check_slots(out)
+
+
+def _desc_field(body: str, key: str):
+    return [m.group(1).strip('"') for m in re.finditer(rf"\b{key}\s*:\s*(\"[^\"]*\"|\S+)", body)]
+
+
+def slots_from_desc(text: str, dense_shapes: dict | None = None) -> tuple[Slot, ...]:
+    """Slots from a Paddle ``DataFeedDesc`` text proto (``multi_slot_desc { slots {...} }``).
+
+    Each ``slots { name type is_dense is_used [shape] }`` block becomes one ``Slot`` in order;
+    ``is_used: false`` slots are parsed but not emitted. A dense slot takes its shape from its
+    ``shape:`` entries (a leading ``-1`` dropped), else from ``dense_shapes[name]``, else
+    ``(1,)`` (Paddle sizes a dense slot from the data; tfseq needs it up front).
+
+    Raises:
+      ValueError: no slot found, or a block without ``name``/``type``.
+    """
+    blocks = re.findall(r"slots\s*\{([^{}]*)\}", text)
+    if not blocks:
+        raise ValueError("slots_from_desc: no 'slots { ... }' block in the DataFeedDesc text")
+    dense_shapes = dict(dense_shapes or {})
+    out = []
+    for body in blocks:
+        name, kind = _desc_field(body, "name"), _desc_field(body, "type")
+        if not name or not kind:
+            raise ValueError(f"slots_from_desc: a slots block needs name and type: {body!r}")
+        dense = (_desc_field(body, "is_dense") or ["false"])[0] == "true"
+        used = (_desc_field(body, "is_used") or ["false"])[0] == "true"
+        if dense:
+            dims = [int(d) for d in _desc_field(body, "shape")]
+            if dims and dims[0] == -1:
+                dims = dims[1:]
+            shape = tuple(dims) or tuple(dense_shapes.get(name[0], (1,)))
+            out.append(Slot(name[0], kind[0], "dense", shape, used))
+        else:
+            out.append(Slot(name[0], kind[0], "sparse", (), used))
+    return _check_slots(out)
 
 
 def _parse_uint64(tokens: tf.Tensor):
@@ -195,12 +284,35 @@ def _detail_table(slots: tuple[Slot, ...]) -> list[list[str]]:
     return table
 
 
-def parse(lines, slots):
+def _in_memory(values, slot: Slot):
+    """MultiSlotInMemoryDataFeed's sparse-slot rule: drop id 0 / |x| < 1e-6, refill empty with 0."""
+    if slot.type == "uint64":
+        keep = tf.not_equal(values.values, 0)
+    else:
+        keep = tf.abs(values.values) >= 1e-6
+    kept = tf.ragged.boolean_mask(values, values.with_values(keep))
+    empty = tf.equal(kept.row_lengths(), 0)
+    refill = tf.RaggedTensor.from_row_lengths(
+        tf.zeros([tf.reduce_sum(tf.cast(empty, tf.int64))], values.dtype),
+        tf.cast(empty, tf.int64))
+    return tf.concat([kept, refill], axis=1)
+
+
+def parse(lines, slots, *, reader: str = "queue", parse_ins_id: bool = False,
+          parse_content: bool = False):
     """Parses a batch of MultiSlot lines with tf ops (vectorized over the batch).
 
     Args:
       lines: string tensor ``[B]``.
-      slots: list of ``Slot`` (or ``(name, type, kind[, shape])`` tuples), in line order.
+      slots: list of ``Slot`` (or ``(name, type, kind[, shape[, used]])`` tuples), in line order.
+      reader: which Paddle reader to match (``READERS``): ``"queue"`` (``MultiSlotDataFeed``,
+        ``QueueDataset``) keeps every value; ``"in_memory"`` (``MultiSlotInMemoryDataFeed``,
+        ``InMemoryDataset``) drops id 0 and floats with ``|x| < 1e-6`` from sparse slots and
+        refills a slot left empty with one 0.
+      parse_ins_id: the line starts with an instance id (Paddle's ``parse_ins_id``), emitted as
+        string feature ``"ins_id"`` ``[B]``.
+      parse_content: the line (after the instance id) holds a content token (Paddle's
+        ``parse_content``), emitted as string feature ``"content"`` ``[B]``.
 
     Returns:
       ``(features, errors, error_slots)``: ``features`` maps each slot name to int64/float32
@@ -213,7 +325,17 @@ def parse(lines, slots):
       TypeError / ValueError: bad ``slots``.
     """
     slots = _check_slots(slots)
+    if reader not in READERS:
+        raise ValueError(f"reader must be one of {READERS}; received reader={reader!r}")
     lines = tf.convert_to_tensor(lines, tf.string)
+    prefixes = {}
+    for key, wanted in (("ins_id", parse_ins_id), ("content", parse_content)):
+        if wanted:
+            if any(s.name == key for s in slots if s.used):
+                raise ValueError(f"A slot named {key!r} clashes with parse_{key}")
+            # A line without the prefix token leaves nothing: it fails as missing_slot.
+            prefixes[key] = tf.strings.regex_replace(lines, r"^\s*(\S*).*$", r"\1")
+            lines = tf.strings.regex_replace(lines, r"^\s*\S*", "")
     tokens = tf.strings.split(lines)                                  # [B, (N)]
     num_rows = tokens.nrows(out_type=tf.int32)
     num_tokens = tokens.row_lengths()
@@ -263,9 +385,13 @@ def parse(lines, slots):
                 at.value_rowids(), num_rows)
             fail(bad > 0, "non_numeric", k)
             values = at.with_values(tf.gather(value, at.values))
-        features[slot.name] = values
+            if reader == "in_memory":
+                values = _in_memory(values, slot)
+        if slot.used:
+            features[slot.name] = values
         pos = pos + 1 + count
     fail(tf.not_equal(pos, num_tokens), "extra_tokens", len(slots))
+    features.update(prefixes)
     return features, errors, error_slots
 
 
@@ -371,7 +497,10 @@ def format_line(slots, values: dict) -> str:
 def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: int | None = None,
          num_parallel_reads: int | None = None, deterministic: bool | None = None,
          pipe_command: Sequence[str] | None = None, pipe_dir: str | None = None,
-         compression: str | None = None, parse_batch_size: int = 256) -> tf.data.Dataset:
+         compression: str | None = None, parse_batch_size: int = 256, reader: str = "queue",
+         parse_ins_id: bool = False, parse_content: bool = False,
+         shuffle_lines: bool = False, seed: int | None = None,
+         shuffle_buffer: int = 65536) -> tf.data.Dataset:
     """Dataset of the parsed lines of MultiSlot files.
 
     Args:
@@ -397,6 +526,17 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
       compression: ``None`` (gzip when the name ends in ``.gz``), ``"GZIP"`` or ``""``; ignored
         for piped files, whose output is read as plain text.
       parse_batch_size: lines parsed per vectorized parse call.
+      reader: ``"queue"`` (default, Paddle's ``QueueDataset``) or ``"in_memory"`` (Paddle's
+        ``InMemoryDataset``: sparse slots lose id 0 / ``|x| < 1e-6`` and an emptied slot holds
+        one 0); see ``parse``.
+      parse_ins_id / parse_content: the lines start with an instance id / a content token
+        (Paddle's flags of the same names), emitted as string features ``"ins_id"`` /
+        ``"content"``.
+      shuffle_lines: mix the lines (across files) before parsing, in a buffer of
+        ``shuffle_buffer`` lines (Paddle's ``local_shuffle``; see docs/paddle.md for
+        ``global_shuffle``). Error messages still name each line's file and number.
+      seed: seed of ``shuffle_lines`` (same seed, same order when deterministic).
+      shuffle_buffer: lines held by the ``shuffle_lines`` buffer.
 
     Returns:
       ``tf.data.Dataset`` of ``{slot name: tensor}``.
@@ -408,6 +548,8 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
       TypeError / ValueError: bad arguments (named in the message).
     """
     slots = _check_slots(slots)
+    if reader not in READERS:
+        raise ValueError(f"reader must be one of {READERS}; received reader={reader!r}")
     if on_error not in ("raise", "drop"):
         raise ValueError(f"on_error must be 'raise' or 'drop'; received on_error={on_error!r}")
     check_positive_int("batch_size", batch_size, allow_none=True)
@@ -444,6 +586,9 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
     lines = file_ds.interleave(read_file, cycle_length=cycle, block_length=1,
                                num_parallel_calls=cycle if cycle > 1 else None,
                                deterministic=deterministic if cycle > 1 else None)
+    if shuffle_lines:
+        check_positive_int("shuffle_buffer", shuffle_buffer)
+        lines = lines.shuffle(shuffle_buffer, seed=seed)
     details = tf.constant(_detail_table(slots))
     if on_error == "drop":
         counter.register(*REASONS)
@@ -453,7 +598,9 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
 
     @tf.autograph.experimental.do_not_convert
     def parse_chunk(name, line_number, line):
-        features, errors, error_slots = parse(line, slots)
+        features, errors, error_slots = parse(line, slots, reader=reader,
+                                              parse_ins_id=parse_ins_id,
+                                              parse_content=parse_content)
         if on_error == "raise":
             bad = tf.argmax(tf.cast(tf.not_equal(errors, 0), tf.int32), output_type=tf.int32)
             message = tf.strings.join([
