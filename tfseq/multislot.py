@@ -309,10 +309,11 @@ def parse(lines, slots, *, reader: str = "queue", parse_ins_id: bool = False,
         ``QueueDataset``) keeps every value; ``"in_memory"`` (``MultiSlotInMemoryDataFeed``,
         ``InMemoryDataset``) drops id 0 and floats with ``|x| < 1e-6`` from sparse slots and
         refills a slot left empty with one 0.
-      parse_ins_id: the line starts with an instance id (Paddle's ``parse_ins_id``), emitted as
-        string feature ``"ins_id"`` ``[B]``.
-      parse_content: the line (after the instance id) holds a content token (Paddle's
-        ``parse_content``), emitted as string feature ``"content"`` ``[B]``.
+      parse_ins_id: the line starts with an instance id written as Paddle writes it, ``1 <id>``
+        (Paddle's ``parse_ins_id``), emitted as string feature ``"ins_id"`` ``[B]``.
+      parse_content: then a content field ``1 <token>`` (Paddle's ``parse_content``), emitted
+        as string feature ``"content"`` ``[B]``. A line without a prefix it should have fails
+        as ``missing_slot`` at the first slot (Paddle aborts the process).
 
     Returns:
       ``(features, errors, error_slots)``: ``features`` maps each slot name to int64/float32
@@ -333,9 +334,12 @@ def parse(lines, slots, *, reader: str = "queue", parse_ins_id: bool = False,
         if wanted:
             if any(s.name == key for s in slots if s.used):
                 raise ValueError(f"A slot named {key!r} clashes with parse_{key}")
-            # A line without the prefix token leaves nothing: it fails as missing_slot.
-            prefixes[key] = tf.strings.regex_replace(lines, r"^\s*(\S*).*$", r"\1")
-            lines = tf.strings.regex_replace(lines, r"^\s*\S*", "")
+            # Paddle writes each prefix as a count of 1 and the token: "1 <token>". A line
+            # without it is emptied, so it fails as missing_slot at the first slot.
+            has = tf.strings.regex_full_match(lines, r"\s*1\s+\S+(\s.*)?")
+            prefixes[key] = tf.where(
+                has, tf.strings.regex_replace(lines, r"^\s*1\s+(\S+).*$", r"\1"), "")
+            lines = tf.where(has, tf.strings.regex_replace(lines, r"^\s*1\s+\S+", ""), "")
     tokens = tf.strings.split(lines)                                  # [B, (N)]
     num_rows = tokens.nrows(out_type=tf.int32)
     num_tokens = tokens.row_lengths()
