@@ -39,6 +39,13 @@ Python (one subprocess per file, ``num_parallel_reads`` at a time) when ``read``
 command that is not found raises ``FileNotFoundError`` and a non-zero exit raises
 ``PipeCommandError``, both naming the file and the command. The parsing itself is tf ops only.
 
+Paddle compatibility (see docs/paddle.md): ids cover the whole uint64 range and are bit-cast
+to int64 as Paddle does (2**64 - 1 reads as -1); ``slots_from_paddle`` / ``slots_from_desc``
+take Paddle's ``set_use_var`` / ``DataFeedDesc`` declarations (``is_used: false`` slots are
+parsed, not emitted); ``parse_ins_id`` / ``parse_content`` read the ``1 <token>`` prefixes;
+``reader="in_memory"`` matches ``MultiSlotInMemoryDataFeed`` (sparse slots lose id 0 and
+``|x| < 1e-6``, an emptied slot holds one 0), ``reader="queue"`` (default) ``MultiSlotDataFeed``.
+
 Shapes: B = batch, n = values of a sparse slot in one line.
 """
 
@@ -127,7 +134,7 @@ class Slot:
 
 def _check_slots(slots) -> tuple[Slot, ...]:
     if isinstance(slots, (str, Slot)) or not isinstance(slots, Sequence) or not slots:
-        raise TypeError(f"slots must be a non-empty list of Slot (or (name, type, kind[, shape]) "
+        raise TypeError(f"slots must be a non-empty list of Slot (or (name, type, kind[, shape[, used]]) "
                         f"tuples); received slots={slots!r}")
     out = []
     for slot in slots:
@@ -136,7 +143,7 @@ def _check_slots(slots) -> tuple[Slot, ...]:
         elif isinstance(slot, (tuple, list)) and 1 <= len(slot) <= 5:
             out.append(Slot(*slot))
         else:
-            raise TypeError(f"Each slot must be a Slot or a (name, type, kind[, shape]) tuple; "
+            raise TypeError(f"Each slot must be a Slot or a (name, type, kind[, shape[, used]]) tuple; "
                             f"received {slot!r}")
     names = [s.name for s in out]
     duplicates = sorted({n for n in names if names.count(n) > 1})
