@@ -134,8 +134,8 @@ class Slot:
 
 def _check_slots(slots) -> tuple[Slot, ...]:
     if isinstance(slots, (str, Slot)) or not isinstance(slots, Sequence) or not slots:
-        raise TypeError(f"slots must be a non-empty list of Slot (or (name, type, kind[, shape[, used]]) "
-                        f"tuples); received slots={slots!r}")
+        raise TypeError(f"slots must be a non-empty list of Slot (or (name, type, kind[, shape"
+                        f"[, used]]) tuples); received slots={slots!r}")
     out = []
     for slot in slots:
         if isinstance(slot, Slot):
@@ -143,8 +143,8 @@ def _check_slots(slots) -> tuple[Slot, ...]:
         elif isinstance(slot, (tuple, list)) and 1 <= len(slot) <= 5:
             out.append(Slot(*slot))
         else:
-            raise TypeError(f"Each slot must be a Slot or a (name, type, kind[, shape[, used]]) tuple; "
-                            f"received {slot!r}")
+            raise TypeError(f"Each slot must be a Slot or a (name, type, kind[, shape[, used]]) "
+                            f"tuple; received {slot!r}")
     names = [s.name for s in out]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
