@@ -73,13 +73,30 @@ def test_parse_eager_and_scalar_dense_slot():
 
 
 def test_parse_id_range():
+    # The whole uint64 range, bit-cast to int64 as Paddle does (strtoull, then int64).
     features, errors, _ = multislot.parse(
         ["1 9223372036854775807", "1 0009223372036854775807", "1 9223372036854775808",
-         "1 99999999999999999999", "1 1234567890123456789"], [Slot("ids")])
-    assert to_python(errors) == [0, 0, 4, 4, 0]
-    assert to_python(features["ids"])[0] == [9223372036854775807]
-    assert to_python(features["ids"])[1] == [9223372036854775807]
-    assert to_python(features["ids"])[4] == [1234567890123456789]
+         "1 99999999999999999999", "1 1234567890123456789", "1 18446744073709551615",
+         "1 18446744073709551616", "1 -5", "1 000018446744073709551615", "1 +5",
+         "1 12345678901", "1 0"], [Slot("ids")])
+    assert to_python(errors) == [0, 0, 0, 4, 0, 0, 4, 4, 0, 4, 0, 0]
+    ids = to_python(features["ids"])
+    assert ids[0] == [9223372036854775807]
+    assert ids[1] == [9223372036854775807]
+    assert ids[2] == [-9223372036854775808]
+    assert ids[4] == [1234567890123456789]
+    assert ids[5] == [-1]
+    assert ids[8] == [-1]
+    assert ids[10] == [12345678901]
+    assert ids[11] == [0]
+
+
+def test_parse_huge_count_is_bad_count():
+    # A count >= 2**63 bit-casts to a negative number: still a bad count, not a crash.
+    _, errors, slots_at = multislot.parse(["18446744073709551615 1", "2147483648 1"],
+                                          [Slot("ids")])
+    assert to_python(errors) == [2, 2]
+    assert to_python(slots_at) == [0, 0]
 
 
 # One bad line per kind: (line, reason, slot index where it is found).
@@ -92,7 +109,7 @@ BAD_LINES = [
     ("1 1 3 7 8 9 5 0.5 1.5", "count_too_large", 2),
     ("1 1 3 7 a 9 2 0.5 1.5", "non_numeric", 1),
     ("1 1 3 7 -8 9 2 0.5 1.5", "non_numeric", 1),
-    ("1 1 1 9223372036854775808 2 0.5 1.5", "non_numeric", 1),
+    ("1 1 1 18446744073709551616 2 0.5 1.5", "non_numeric", 1),
     ("1 1 3 7 8 9 2 0.5 abc", "non_numeric", 2),
     ("1 1 3 7 8 9 2 0.5 inf", "non_numeric", 2),
     ("1 1 3 7 8 9 3 0.5 1.5 2.5", "dense_size", 2),

@@ -22,7 +22,7 @@ Malformed lines. Each is classified by the first problem found, left to right:
     missing_slot      ends before a slot (an empty line is missing its first slot)
     bad_count         has a count that is not a non-negative integer
     count_too_large   has a count larger than the tokens left on the line
-    non_numeric       has a value that is not a uint64 id (digits, < 2**63) or a finite float
+    non_numeric       has a value that is not a uint64 id (digits, <= 2**64 - 1) or a finite float
     dense_size        has a dense slot whose count is not prod(shape)
     extra_tokens      has tokens left after the last slot
 
@@ -32,11 +32,19 @@ line and counts it under its reason in the ``DropCounter`` (``counter.drops()``)
 
 Files are read ``num_parallel_reads`` at a time, interleaved line by line (Paddle's reader
 threads). ``pipe_command`` (an argv list, never a shell string) preprocesses each file before
-the graph runs, as Paddle's ``pipe_command`` does: the file's bytes go to the command's stdin,
+the graph runs, as Paddle's ``pipe_command`` does: the file's bytes (decompressed first for a
+``.gz`` file, as Paddle's ``zcat``) go to the command's stdin,
 its stdout is written to a file under ``pipe_dir`` and that file is parsed. The commands run in
 Python (one subprocess per file, ``num_parallel_reads`` at a time) when ``read`` is called; a
 command that is not found raises ``FileNotFoundError`` and a non-zero exit raises
 ``PipeCommandError``, both naming the file and the command. The parsing itself is tf ops only.
+
+Paddle compatibility (see docs/paddle.md): ids cover the whole uint64 range and are bit-cast
+to int64 as Paddle does (2**64 - 1 reads as -1); ``slots_from_paddle`` / ``slots_from_desc``
+take Paddle's ``set_use_var`` / ``DataFeedDesc`` declarations (``is_used: false`` slots are
+parsed, not emitted); ``parse_ins_id`` / ``parse_content`` read the ``1 <token>`` prefixes;
+``reader="in_memory"`` matches ``MultiSlotInMemoryDataFeed`` (sparse slots lose id 0 and
+``|x| < 1e-6``, an emptied slot holds one 0), ``reader="queue"`` (default) ``MultiSlotDataFeed``.
 
 Shapes: B = batch, n = values of a sparse slot in one line.
 """
@@ -45,8 +53,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import gzip
 import math
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -59,17 +69,18 @@ from tfseq._common import check_positive_int, unbatch
 from tfseq.reading import resolve_files, verify_gzip
 from tfseq.stats import resolve_counter
 
-__all__ = ["Slot", "REASONS", "PipeCommandError", "parse", "read", "run_pipe_command",
-           "format_line"]
+__all__ = ["Slot", "REASONS", "READERS", "PipeCommandError", "parse", "read", "run_pipe_command",
+           "format_line", "slots_from_paddle", "slots_from_desc"]
 
 TYPES = ("uint64", "float")
 KINDS = ("sparse", "dense")
 REASONS = ("missing_slot", "bad_count", "count_too_large", "non_numeric", "dense_size",
            "extra_tokens")
 _CODE = {reason: i + 1 for i, reason in enumerate(REASONS)}  # 0 means "ok"
-_INT64_MAX_HEAD = 922337203685477580  # 2**63 - 1 == _INT64_MAX_HEAD * 10 + 7
+_UINT64_MAX_HEAD, _UINT64_MAX_TAIL = divmod(2 ** 64 - 1, 10 ** 10)
 _FLOAT_RE = r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?"
 _MAX_COUNT = 1 << 31
+READERS = ("queue", "in_memory")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,12 +93,15 @@ class Slot:
       kind: ``"sparse"`` (any number of values: ``[(n)]`` per line, RaggedTensor ``[B, (n)]``
         batched) or ``"dense"`` (exactly ``prod(shape)`` values: ``shape`` per line).
       shape: dense slots only: the per-line shape, e.g. ``(1,)`` or ``(4,)``; ``()`` is a scalar.
+      used: ``False`` (Paddle's ``is_used: false``): the slot is parsed and checked but not
+        emitted.
     """
 
     name: str
     type: str = "uint64"
     kind: str = "sparse"
     shape: tuple[int, ...] = ()
+    used: bool = True
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -120,39 +134,129 @@ class Slot:
 
 def _check_slots(slots) -> tuple[Slot, ...]:
     if isinstance(slots, (str, Slot)) or not isinstance(slots, Sequence) or not slots:
-        raise TypeError(f"slots must be a non-empty list of Slot (or (name, type, kind[, shape]) "
-                        f"tuples); received slots={slots!r}")
+        raise TypeError(f"slots must be a non-empty list of Slot (or (name, type, kind[, shape"
+                        f"[, used]]) tuples); received slots={slots!r}")
     out = []
     for slot in slots:
         if isinstance(slot, Slot):
             out.append(slot)
-        elif isinstance(slot, (tuple, list)) and 1 <= len(slot) <= 4:
+        elif isinstance(slot, (tuple, list)) and 1 <= len(slot) <= 5:
             out.append(Slot(*slot))
         else:
-            raise TypeError(f"Each slot must be a Slot or a (name, type, kind[, shape]) tuple; "
-                            f"received {slot!r}")
+            raise TypeError(f"Each slot must be a Slot or a (name, type, kind[, shape[, used]]) "
+                            f"tuple; received {slot!r}")
     names = [s.name for s in out]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"Slot names must be unique; duplicated: {duplicates}")
+    if not any(s.used for s in out):
+        raise ValueError("At least one slot must be used (used=True / is_used: true)")
     return tuple(out)
 
 
+_PADDLE_DTYPES = {"int64": "uint64", "uint64": "uint64", "float32": "float", "float": "float"}
+
+
+def slots_from_paddle(use_vars) -> tuple[Slot, ...]:
+    """Slots from Paddle's ``dataset.set_use_var`` declarations, in the same order.
+
+    Args:
+      use_vars: ``(name, dtype, lod_level, shape)`` tuples, as the variables passed to
+        ``set_use_var`` were declared (``paddle.static.data(name, shape, dtype, lod_level)``):
+        dtype ``"int64"`` or ``"float32"``; ``lod_level`` 1 is a sparse slot, 0 a dense one whose
+        shape is ``shape`` without its leading batch dimension (``-1`` / ``None``), e.g.
+        ``("click", "int64", 0, [-1, 1])`` -> ``Slot("click", "uint64", "dense", (1,))``.
+
+    Returns:
+      tuple of ``Slot``.
+
+    Raises:
+      ValueError: an unknown dtype, a lod_level other than 0/1, or a dense shape that is not
+        fully known.
+    """
+    out = []
+    for var in use_vars:
+        if not isinstance(var, (tuple, list)) or len(var) != 4:
+            raise TypeError(f"slots_from_paddle: each entry must be (name, dtype, lod_level, "
+                            f"shape); received {var!r}")
+        name, dtype, lod_level, shape = var
+        if str(dtype) not in _PADDLE_DTYPES:
+            raise ValueError(f"slots_from_paddle: var {name!r} has dtype {dtype!r}; MultiSlot "
+                             f"feeds hold {sorted(_PADDLE_DTYPES)}")
+        if lod_level == 1:
+            out.append(Slot(name, _PADDLE_DTYPES[str(dtype)], "sparse"))
+        elif lod_level == 0:
+            dims = list(shape or [])
+            if dims and dims[0] in (-1, None):
+                dims = dims[1:]
+            if not dims or any(d in (-1, None) for d in dims):
+                raise ValueError(f"slots_from_paddle: dense var {name!r} needs a known shape "
+                                 f"after the batch dimension; received shape={shape!r}")
+            out.append(Slot(name, _PADDLE_DTYPES[str(dtype)], "dense", tuple(dims)))
+        else:
+            raise ValueError(f"slots_from_paddle: var {name!r} has lod_level={lod_level!r}; "
+                             f"MultiSlot feeds use 0 (dense) or 1 (sparse)")
+    return _check_slots(out)
+
+
+def _desc_field(body: str, key: str):
+    return [m.group(1).strip('"') for m in re.finditer(rf"\b{key}\s*:\s*(\"[^\"]*\"|\S+)", body)]
+
+
+def slots_from_desc(text: str, dense_shapes: dict | None = None) -> tuple[Slot, ...]:
+    """Slots from a Paddle ``DataFeedDesc`` text proto (``multi_slot_desc { slots {...} }``).
+
+    Each ``slots { name type is_dense is_used [shape] }`` block becomes one ``Slot`` in order;
+    ``is_used: false`` slots are parsed but not emitted. A dense slot takes its shape from its
+    ``shape:`` entries (a leading ``-1`` dropped), else from ``dense_shapes[name]``, else
+    ``(1,)`` (Paddle sizes a dense slot from the data; tfseq needs it up front).
+
+    Raises:
+      ValueError: no slot found, or a block without ``name``/``type``.
+    """
+    blocks = re.findall(r"slots\s*\{([^{}]*)\}", text)
+    if not blocks:
+        raise ValueError("slots_from_desc: no 'slots { ... }' block in the DataFeedDesc text")
+    dense_shapes = dict(dense_shapes or {})
+    out = []
+    for body in blocks:
+        name, kind = _desc_field(body, "name"), _desc_field(body, "type")
+        if not name or not kind:
+            raise ValueError(f"slots_from_desc: a slots block needs name and type: {body!r}")
+        dense = (_desc_field(body, "is_dense") or ["false"])[0] == "true"
+        used = (_desc_field(body, "is_used") or ["false"])[0] == "true"
+        if dense:
+            dims = [int(d) for d in _desc_field(body, "shape")]
+            if dims and dims[0] == -1:
+                dims = dims[1:]
+            shape = tuple(dims) or tuple(dense_shapes.get(name[0], (1,)))
+            out.append(Slot(name[0], kind[0], "dense", shape, used))
+        else:
+            out.append(Slot(name[0], kind[0], "sparse", (), used))
+    return _check_slots(out)
+
+
 def _parse_uint64(tokens: tf.Tensor):
-    """(ok bool [K], int64 [K]): digit strings below 2**63, exactly; others -> (False, 0)."""
+    """(ok bool [K], int64 [K]): digit strings up to 2**64 - 1, bit-cast to int64 as Paddle does.
+
+    Ids 2**63 .. 2**64 - 1 read as negative int64 (2**64 - 1 -> -1), exactly like Paddle's
+    ``strtoull`` followed by a cast to int64. Signs, other characters and values past
+    2**64 - 1 -> (False, 0).
+    """
     digits = tf.strings.regex_full_match(tokens, "[0-9]+")
     text = tf.where(digits, tf.strings.regex_replace(tokens, "^0+([0-9])", r"\1"), "0")
     length = tf.strings.length(text)
-    short = length <= 18
-    short_value = tf.strings.to_number(tf.where(short, text, "0"), tf.int64)
-    long = tf.logical_and(digits, tf.equal(length, 19))
-    long_text = tf.where(long, text, "0" * 19)
-    head = tf.strings.to_number(tf.strings.substr(long_text, 0, 18), tf.int64)
-    last = tf.strings.to_number(tf.strings.substr(long_text, 18, 1), tf.int64)
-    long_ok = long & ((head < _INT64_MAX_HEAD) | ((head == _INT64_MAX_HEAD) & (last <= 7)))
-    long_value = tf.where(long_ok, head, 0) * 10 + tf.where(long_ok, last, 0)
-    ok = digits & (short | long_ok)
-    return ok, tf.where(short, short_value, long_value)
+    ok = digits & (length <= 20)
+    # Up to 20 digits: a head of length - 10 digits and a tail of the last 10; both fit int64.
+    padded = tf.where(ok, tf.strings.join([tf.fill(tf.shape(text), "0" * 20), text]), "0" * 21)
+    padded = tf.strings.substr(padded, -20, 20)
+    head = tf.strings.to_number(tf.strings.substr(padded, 0, 10), tf.int64)
+    tail = tf.strings.to_number(tf.strings.substr(padded, 10, 10), tf.int64)
+    ok = ok & ((head < _UINT64_MAX_HEAD) |
+               ((head == _UINT64_MAX_HEAD) & (tail <= _UINT64_MAX_TAIL)))
+    value = (tf.cast(tf.where(ok, head, 0), tf.uint64) * tf.constant(10 ** 10, tf.uint64)
+             + tf.cast(tf.where(ok, tail, 0), tf.uint64))
+    return ok, tf.bitcast(value, tf.int64)
 
 
 def _parse_float(tokens: tf.Tensor):
@@ -176,7 +280,7 @@ def _detail_table(slots: tuple[Slot, ...]) -> list[list[str]]:
                 "missing_slot": "the line ends before this slot",
                 "bad_count": "its count is not a non-negative integer",
                 "count_too_large": "its count is larger than the number of tokens left",
-                "non_numeric": ("a value is not an id (digits, below 2**63)" if slot.type ==
+                "non_numeric": ("a value is not an id (digits, at most 2**64 - 1)" if slot.type ==
                                 "uint64" else "a value is not a finite decimal number"),
                 "dense_size": f"a dense slot of shape {slot.shape} needs a count of {slot.size}",
                 "extra_tokens": "",
@@ -187,12 +291,36 @@ def _detail_table(slots: tuple[Slot, ...]) -> list[list[str]]:
     return table
 
 
-def parse(lines, slots):
+def _in_memory(values, slot: Slot):
+    """MultiSlotInMemoryDataFeed's sparse-slot rule: drop id 0 / |x| < 1e-6, refill empty with 0."""
+    if slot.type == "uint64":
+        keep = tf.not_equal(values.values, 0)
+    else:
+        keep = tf.abs(values.values) >= 1e-6
+    kept = tf.ragged.boolean_mask(values, values.with_values(keep))
+    empty = tf.equal(kept.row_lengths(), 0)
+    refill = tf.RaggedTensor.from_row_lengths(
+        tf.zeros([tf.reduce_sum(tf.cast(empty, tf.int64))], values.dtype),
+        tf.cast(empty, tf.int64))
+    return tf.concat([kept, refill], axis=1)
+
+
+def parse(lines, slots, *, reader: str = "queue", parse_ins_id: bool = False,
+          parse_content: bool = False):
     """Parses a batch of MultiSlot lines with tf ops (vectorized over the batch).
 
     Args:
       lines: string tensor ``[B]``.
-      slots: list of ``Slot`` (or ``(name, type, kind[, shape])`` tuples), in line order.
+      slots: list of ``Slot`` (or ``(name, type, kind[, shape[, used]])`` tuples), in line order.
+      reader: which Paddle reader to match (``READERS``): ``"queue"`` (``MultiSlotDataFeed``,
+        ``QueueDataset``) keeps every value; ``"in_memory"`` (``MultiSlotInMemoryDataFeed``,
+        ``InMemoryDataset``) drops id 0 and floats with ``|x| < 1e-6`` from sparse slots and
+        refills a slot left empty with one 0.
+      parse_ins_id: the line starts with an instance id written as Paddle writes it, ``1 <id>``
+        (Paddle's ``parse_ins_id``), emitted as string feature ``"ins_id"`` ``[B]``.
+      parse_content: then a content field ``1 <token>`` (Paddle's ``parse_content``), emitted
+        as string feature ``"content"`` ``[B]``. A line without a prefix it should have fails
+        as ``missing_slot`` at the first slot (Paddle aborts the process).
 
     Returns:
       ``(features, errors, error_slots)``: ``features`` maps each slot name to int64/float32
@@ -205,7 +333,20 @@ def parse(lines, slots):
       TypeError / ValueError: bad ``slots``.
     """
     slots = _check_slots(slots)
+    if reader not in READERS:
+        raise ValueError(f"reader must be one of {READERS}; received reader={reader!r}")
     lines = tf.convert_to_tensor(lines, tf.string)
+    prefixes = {}
+    for key, wanted in (("ins_id", parse_ins_id), ("content", parse_content)):
+        if wanted:
+            if any(s.name == key for s in slots if s.used):
+                raise ValueError(f"A slot named {key!r} clashes with parse_{key}")
+            # Paddle writes each prefix as a count of 1 and the token: "1 <token>". A line
+            # without it is emptied, so it fails as missing_slot at the first slot.
+            has = tf.strings.regex_full_match(lines, r"\s*1\s+\S+(\s.*)?")
+            prefixes[key] = tf.where(
+                has, tf.strings.regex_replace(lines, r"^\s*1\s+(\S+).*$", r"\1"), "")
+            lines = tf.where(has, tf.strings.regex_replace(lines, r"^\s*1\s+\S+", ""), "")
     tokens = tf.strings.split(lines)                                  # [B, (N)]
     num_rows = tokens.nrows(out_type=tf.int32)
     num_tokens = tokens.row_lengths()
@@ -234,7 +375,8 @@ def parse(lines, slots):
         fail(pos >= num_tokens, "missing_slot", k)
         at = tf.where(tf.equal(errors, 0), starts + pos, sentinel)
         count = tf.gather(id_value, at)
-        fail(tf.logical_not(tf.gather(id_ok, at) & (count < _MAX_COUNT)), "bad_count", k)
+        fail(tf.logical_not(tf.gather(id_ok, at) & (count >= 0) & (count < _MAX_COUNT)),
+             "bad_count", k)
         fail(pos + 1 + count > num_tokens, "count_too_large", k)
         if slot.kind == "dense":
             fail(tf.not_equal(count, slot.size), "dense_size", k)
@@ -254,9 +396,13 @@ def parse(lines, slots):
                 at.value_rowids(), num_rows)
             fail(bad > 0, "non_numeric", k)
             values = at.with_values(tf.gather(value, at.values))
-        features[slot.name] = values
+            if reader == "in_memory":
+                values = _in_memory(values, slot)
+        if slot.used:
+            features[slot.name] = values
         pos = pos + 1 + count
     fail(tf.not_equal(pos, num_tokens), "extra_tokens", len(slots))
+    features.update(prefixes)
     return features, errors, error_slots
 
 
@@ -276,16 +422,37 @@ def _check_argv(pipe_command) -> list[str]:
 def run_pipe_command(pipe_command: Sequence[str], path: str, out_path: str) -> None:
     """Runs ``pipe_command`` with ``path``'s bytes on stdin and its stdout into ``out_path``.
 
+    A ``.gz`` file is decompressed first (Paddle pipes it through ``zcat`` before the command),
+    so ``pipe_command=["cat"]`` (Paddle's default) reads a gzip feed as plain text.
+
     Raises:
       FileNotFoundError: the command (``pipe_command[0]``) is not found; names file and command.
       PipeCommandError: the command exits with a non-zero status; names file, command, status
         and the end of its stderr.
     """
     argv = _check_argv(pipe_command)
+    if path.endswith(".gz"):
+        verify_gzip(path)
     try:
-        with open(path, "rb") as stdin, open(out_path, "wb") as stdout:
-            result = subprocess.run(argv, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
-                                    check=False)
+        with open(out_path, "wb") as stdout, tempfile.TemporaryFile() as stderr:
+            if path.endswith(".gz"):
+                # Paddle's fs layer pipes a .gz file through zcat before the pipe command.
+                process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=stdout,
+                                           stderr=stderr)
+                try:
+                    with gzip.open(path, "rb") as source:
+                        shutil.copyfileobj(source, process.stdin, 1 << 20)
+                except BrokenPipeError:
+                    pass  # the command stopped reading; its exit status tells the rest
+                finally:
+                    process.stdin.close()
+                returncode = process.wait()
+            else:
+                with open(path, "rb") as stdin:
+                    returncode = subprocess.run(argv, stdin=stdin, stdout=stdout, stderr=stderr,
+                                                check=False).returncode
+            stderr.seek(0)
+            err = stderr.read()
     except FileNotFoundError as e:
         if not os.path.exists(path):
             raise
@@ -294,9 +461,9 @@ def run_pipe_command(pipe_command: Sequence[str], path: str, out_path: str) -> N
     except PermissionError as e:
         raise PipeCommandError(f"pipe_command {argv!r} for file {path!r}: command {argv[0]!r} "
                                f"cannot be run ({e.strerror})") from e
-    if result.returncode != 0:
-        stderr = result.stderr.decode("utf-8", "replace").strip()[-500:]
-        raise PipeCommandError(f"pipe_command {argv!r} exited with status {result.returncode} "
+    if returncode != 0:
+        stderr = err.decode("utf-8", "replace").strip()[-500:]
+        raise PipeCommandError(f"pipe_command {argv!r} exited with status {returncode} "
                                f"on file {path!r}" + (f": {stderr}" if stderr else ""))
 
 
@@ -341,7 +508,10 @@ def format_line(slots, values: dict) -> str:
 def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: int | None = None,
          num_parallel_reads: int | None = None, deterministic: bool | None = None,
          pipe_command: Sequence[str] | None = None, pipe_dir: str | None = None,
-         compression: str | None = None, parse_batch_size: int = 256) -> tf.data.Dataset:
+         compression: str | None = None, parse_batch_size: int = 256, reader: str = "queue",
+         parse_ins_id: bool = False, parse_content: bool = False,
+         shuffle_lines: bool = False, seed: int | None = None,
+         shuffle_buffer: int = 65536) -> tf.data.Dataset:
     """Dataset of the parsed lines of MultiSlot files.
 
     Args:
@@ -367,6 +537,17 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
       compression: ``None`` (gzip when the name ends in ``.gz``), ``"GZIP"`` or ``""``; ignored
         for piped files, whose output is read as plain text.
       parse_batch_size: lines parsed per vectorized parse call.
+      reader: ``"queue"`` (default, Paddle's ``QueueDataset``) or ``"in_memory"`` (Paddle's
+        ``InMemoryDataset``: sparse slots lose id 0 / ``|x| < 1e-6`` and an emptied slot holds
+        one 0); see ``parse``.
+      parse_ins_id / parse_content: the lines start with an instance id / a content token
+        (Paddle's flags of the same names), emitted as string features ``"ins_id"`` /
+        ``"content"``.
+      shuffle_lines: mix the lines (across files) before parsing, in a buffer of
+        ``shuffle_buffer`` lines (Paddle's ``local_shuffle``; see docs/paddle.md for
+        ``global_shuffle``). Error messages still name each line's file and number.
+      seed: seed of ``shuffle_lines`` (same seed, same order when deterministic).
+      shuffle_buffer: lines held by the ``shuffle_lines`` buffer.
 
     Returns:
       ``tf.data.Dataset`` of ``{slot name: tensor}``.
@@ -378,6 +559,8 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
       TypeError / ValueError: bad arguments (named in the message).
     """
     slots = _check_slots(slots)
+    if reader not in READERS:
+        raise ValueError(f"reader must be one of {READERS}; received reader={reader!r}")
     if on_error not in ("raise", "drop"):
         raise ValueError(f"on_error must be 'raise' or 'drop'; received on_error={on_error!r}")
     check_positive_int("batch_size", batch_size, allow_none=True)
@@ -414,6 +597,9 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
     lines = file_ds.interleave(read_file, cycle_length=cycle, block_length=1,
                                num_parallel_calls=cycle if cycle > 1 else None,
                                deterministic=deterministic if cycle > 1 else None)
+    if shuffle_lines:
+        check_positive_int("shuffle_buffer", shuffle_buffer)
+        lines = lines.shuffle(shuffle_buffer, seed=seed)
     details = tf.constant(_detail_table(slots))
     if on_error == "drop":
         counter.register(*REASONS)
@@ -423,14 +609,19 @@ def read(patterns, slots, *, on_error: str = "raise", counter=None, batch_size: 
 
     @tf.autograph.experimental.do_not_convert
     def parse_chunk(name, line_number, line):
-        features, errors, error_slots = parse(line, slots)
+        features, errors, error_slots = parse(line, slots, reader=reader,
+                                              parse_ins_id=parse_ins_id,
+                                              parse_content=parse_content)
         if on_error == "raise":
             bad = tf.argmax(tf.cast(tf.not_equal(errors, 0), tf.int32), output_type=tf.int32)
             message = tf.strings.join([
                 "MultiSlot parse error in ", name[bad], " line ",
                 tf.strings.as_string(line_number[bad]), ": ",
                 tf.gather_nd(details, [errors[bad], error_slots[bad]]), ". Line: ",
-                tf.strings.substr(line[bad], 0, 200)])
+                # Cut at 200 bytes, then made valid UTF-8 (a bad byte or a split character
+                # becomes U+FFFD) so the message itself can always be decoded.
+                tf.strings.unicode_transcode(tf.strings.substr(line[bad], 0, 200), "UTF-8",
+                                             "UTF-8", errors="replace")])
             check = tf.debugging.Assert(tf.reduce_all(tf.equal(errors, 0)), [message])
             with tf.control_dependencies([check]):
                 return tf.nest.map_structure(tf.identity, features)
