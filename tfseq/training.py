@@ -138,6 +138,15 @@ class Trainer:
                      int(self.epoch.numpy()), int(self.step_in_epoch.numpy()))
         return True
 
+    def _next_batch(self):
+        """The next training batch; raises ``StopIteration`` at the end of the epoch."""
+        return next(self._iterator)
+
+    def _train_step(self, batch) -> dict:
+        """Trains on one batch and returns its logs as floats."""
+        logs = self.model.train_on_batch(*batch, return_dict=True)
+        return {k: float(v) for k, v in logs.items()}
+
     # -- the loop ------------------------------------------------------------------------
     def fit(self, epochs: int, *, verbose: int = 1, eval_fn: Callable | None = None,
             max_steps: int | None = None) -> TrainResult:
@@ -172,13 +181,12 @@ class Trainer:
                         return TrainResult(epoch, int(self.global_step.numpy()), True, history,
                                            time.perf_counter() - start)
                     try:
-                        batch = next(self._iterator)
+                        batch = self._next_batch()
                     except StopIteration:
                         break
                     if self.on_batch:
                         self.on_batch(batch)
-                    logs = self.model.train_on_batch(*batch, return_dict=True)
-                    logs = {k: float(v) for k, v in logs.items()}
+                    logs = self._train_step(batch)
                     self.step_in_epoch.assign_add(1)
                     self.global_step.assign_add(1)
                     steps_this_call += 1
@@ -203,3 +211,61 @@ class Trainer:
                 self.save()
         return TrainResult(int(self.epoch.numpy()), int(self.global_step.numpy()), False, history,
                            time.perf_counter() - start)
+
+
+class ReplicaTrainer(Trainer):
+    """``Trainer`` for several replicas, with the same exactly-once mid-epoch resume.
+
+    A ``tf.distribute`` iterator cannot be checkpointed, so this trainer never makes one. It
+    owns ONE ordinary iterator over ``parts_ds``, the dataset ``tfseq.replica_dataset_fn``
+    builds (the parts of every split global batch, one after another), takes
+    ``num_replicas`` consecutive parts per step and hands part ``i`` to replica ``i``
+    (``strategy.experimental_distribute_values_from_function``); ``strategy.run`` then runs
+    the model's own ``train_step`` on every replica (the optimizer all-reduces the gradients;
+    compile with ``tfseq.GlobalWeightedLoss`` so the update equals the single-device one). The
+    iterator, with its shuffle and bucketing/packing buffers, sits in the checkpoint, and a
+    checkpoint is written only between steps, so a resumed epoch delivers exactly the parts
+    the interrupted one had left.
+
+    Args:
+      model: a Keras model built and compiled inside ``strategy.scope()``.
+      strategy: a single-worker strategy (e.g. ``tfseq.mirrored_strategy(n)``).
+      parts_ds: ``(x, y)`` or ``(x, y, sample_weight)`` parts, ``num_replicas`` per step in
+        replica order, e.g. ``replica_dataset_fn(...)(tf.distribute.InputContext(1, 0, n))``.
+      **kwargs: as for ``Trainer`` (``model_dir``, ``checkpoint_every``, ``trackables``,
+        ``on_step``; ``on_batch`` receives the tuple of parts of one step).
+    """
+
+    def __init__(self, model: keras.Model, strategy: tf.distribute.Strategy,
+                 parts_ds: tf.data.Dataset, **kwargs):
+        super().__init__(model, parts_ds, **kwargs)
+        self.strategy = strategy
+        self.num_replicas = strategy.num_replicas_in_sync
+        with strategy.scope():
+            model.optimizer.build(model.trainable_variables)
+
+        @tf.function(reduce_retracing=True)
+        def step(per_replica):
+            return strategy.run(model.train_step, args=(per_replica,))
+
+        self._step = step
+
+    def _next_batch(self):
+        first = next(self._iterator)  # StopIteration here: the epoch ended at a step boundary
+        parts = [first]
+        for i in range(1, self.num_replicas):
+            try:
+                parts.append(next(self._iterator))
+            except StopIteration:
+                raise ValueError(f"parts_ds ended after part {i} of a step of "
+                                 f"{self.num_replicas}: it must emit whole steps (build it "
+                                 "with tfseq.replica_dataset_fn for this many replicas)") from None
+        return tuple(parts)
+
+    def _train_step(self, batch) -> dict:
+        per_replica = self.strategy.experimental_distribute_values_from_function(
+            lambda context: batch[context.replica_id_in_sync_group])
+        logs = self._step(per_replica)
+        # Keras metrics are synchronised variables: every replica reports the same value.
+        return {k: float(self.strategy.experimental_local_results(v)[0])
+                for k, v in logs.items()}
