@@ -233,16 +233,22 @@ def main(argv):
 
 
 def train_replicas(pipeline, model_module, config, strategy) -> None:
-    """``model.fit`` on ``strategy`` with in-graph split batches (never an empty replica).
+    """Trains on ``strategy`` with in-graph split batches (never an empty replica).
 
-    The distributed iterator cannot be checkpointed, so these runs save the weights at each
-    epoch end (``model_dir/weights.weights.h5``) but resume only at epoch boundaries.
+    Without ``--data_service``: ``tfseq.training.ReplicaTrainer`` (one checkpointed iterator,
+    resumable mid-epoch exactly once, like single-replica runs). With it: ``model.fit`` on the
+    service's dataset, which saves the weights at each epoch end
+    (``model_dir/weights.weights.h5``) but resumes only at epoch boundaries.
     """
     import keras
 
     train_ds, eval_ds, info = pipeline.datasets(config)
     with strategy.scope():
         model = model_module.build_model(config, info)
+    if not FLAGS.data_service:
+        from tfseq.replicated import train_resumable
+        return train_resumable(FLAGS, pipeline, config, info, model, strategy, format_report,
+                               _counter_vars)
     dist = strategy.distribute_datasets_from_function(
         pipeline.replica_dataset_fn(config, info, strategy.num_replicas_in_sync,
                                     data_service=FLAGS.data_service))
