@@ -249,6 +249,7 @@ class ReplicaTrainer(Trainer):
             return strategy.run(model.train_step, args=(per_replica,))
 
         self._step = step
+        self._variables_created = False
 
     def _next_batch(self):
         first = next(self._iterator)  # StopIteration here: the epoch ended at a step boundary
@@ -265,7 +266,13 @@ class ReplicaTrainer(Trainer):
     def _train_step(self, batch) -> dict:
         per_replica = self.strategy.experimental_distribute_values_from_function(
             lambda context: batch[context.replica_id_in_sync_group])
-        logs = self._step(per_replica)
+        if not self._variables_created:
+            # The first step runs eagerly: Keras creates its metric variables there, which a
+            # tf.function with relaxed shapes cannot do.
+            logs = self.strategy.run(self.model.train_step, args=(per_replica,))
+            self._variables_created = True
+        else:
+            logs = self._step(per_replica)
         # Keras metrics are synchronised variables: every replica reports the same value.
         return {k: float(self.strategy.experimental_local_results(v)[0])
                 for k, v in logs.items()}
