@@ -46,6 +46,10 @@ flags.DEFINE_integer("max_steps", None, "Stop after this many steps in this run 
 flags.DEFINE_integer("checkpoint_every", 200, "Checkpoint every N steps (0: epoch ends only).")
 flags.DEFINE_boolean("mixed_precision", False, "Train with the mixed_float16 policy.")
 flags.DEFINE_integer("num_replicas", 1, "Replicas (GPUs, or logical CPUs without a GPU).")
+flags.DEFINE_enum("strategy", "mirrored", ["mirrored", "multi_worker"],
+                  "mirrored: --num_replicas on this machine. multi_worker: "
+                  "MultiWorkerMirroredStrategy over the workers in TF_CONFIG (one process per "
+                  "worker; the chief, index 0, writes checkpoints, logs and the report).")
 flags.DEFINE_string("data_service", None, "tf.data service address, e.g. grpc://localhost:5000.")
 flags.DEFINE_integer("tbptt", None, "Truncated-BPTT chunk length (task lm).")
 flags.DEFINE_integer("verbose", 1, "0: quiet; 1: progress bar and report; 2: also INFO logs.")
@@ -144,7 +148,8 @@ def main(argv):
     task = "lm_tbptt" if FLAGS.task == "lm" and FLAGS["tbptt"].present else FLAGS.task
     pipeline, model_module = tasks.load(task)
     config = build_config(pipeline)
-    distributed = FLAGS.num_replicas > 1 or FLAGS.data_service
+    multi_worker = FLAGS.strategy == "multi_worker"
+    distributed = FLAGS.num_replicas > 1 or FLAGS.data_service or multi_worker
     if distributed and not hasattr(pipeline, "replica_dataset_fn"):
         raise app.UsageError(f"--num_replicas/--data_service are not supported by --task={FLAGS.task} "
                              "(supported: " + ", ".join(
@@ -157,8 +162,12 @@ def main(argv):
         # Before any other TensorFlow op: logical CPU devices must be set up first.
         import tfseq
 
-        return train_replicas(pipeline, model_module, config,
-                              tfseq.mirrored_strategy(FLAGS.num_replicas))
+        if multi_worker:
+            from tfseq.replicated import multi_worker_strategy
+            strategy = multi_worker_strategy()
+        else:
+            strategy = tfseq.mirrored_strategy(FLAGS.num_replicas)
+        return train_replicas(pipeline, model_module, config, strategy)
     logging.info("config: %s", config)
 
     train_ds, eval_ds, info = pipeline.datasets(config)

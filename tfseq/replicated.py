@@ -11,7 +11,20 @@ import os
 
 import tensorflow as tf
 
-from tfseq.training import ReplicaTrainer
+from tfseq.training import ReplicaTrainer, trainer_input_context
+
+
+def multi_worker_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
+    """``MultiWorkerMirroredStrategy`` from ``TF_CONFIG``; call it before any other TF op.
+
+    Raises:
+      ValueError: ``TF_CONFIG`` is not set.
+    """
+    if not os.environ.get("TF_CONFIG"):
+        raise ValueError("--strategy=multi_worker needs TF_CONFIG, e.g. "
+                         '{"cluster": {"worker": ["localhost:12345", "localhost:12346"]}, '
+                         '"task": {"type": "worker", "index": 0}}')
+    return tf.distribute.MultiWorkerMirroredStrategy()
 
 
 def train_resumable(flags, pipeline, config, info, model, strategy, format_report,
@@ -33,7 +46,7 @@ def train_resumable(flags, pipeline, config, info, model, strategy, format_repor
     """
     replicas = strategy.num_replicas_in_sync
     parts_ds = pipeline.replica_dataset_fn(config, info, replicas)(
-        tf.distribute.InputContext(1, 0, replicas))
+        trainer_input_context(strategy))
     counters = info.get("counters", {})
     trainer = ReplicaTrainer(model, strategy, parts_ds, model_dir=flags.model_dir,
                              checkpoint_every=flags.checkpoint_every,
@@ -42,7 +55,9 @@ def train_resumable(flags, pipeline, config, info, model, strategy, format_repor
     if trainer.restore() and flags.verbose:
         print(f"Resuming from {flags.model_dir}: epoch {int(trainer.epoch.numpy()) + 1}, "
               f"step {int(trainer.step_in_epoch.numpy())} of that epoch")
-    result = trainer.fit(flags.epochs, verbose=flags.verbose, max_steps=flags.max_steps)
+    chief = trainer.task_id == 0
+    result = trainer.fit(flags.epochs, verbose=flags.verbose if chief else 0,
+                         max_steps=flags.max_steps)
     report = {"task": flags.task, "config": dataclasses.asdict(config), "replicas": replicas,
               "data_service": None, "epochs": result.epochs_done, "steps": result.steps_done,
               "interrupted": result.interrupted, "train_seconds": result.train_seconds,
@@ -52,8 +67,10 @@ def train_resumable(flags, pipeline, config, info, model, strategy, format_repor
                           for k in (result.history[0] if result.history else {})},
               "counters": {k: {"seen": c.seen(), "drops": c.drops()}
                            for k, c in counters.items()}}
+    if not chief:  # the chief writes the weights, logs and the report
+        return report
     model.save_weights(os.path.join(flags.model_dir, "weights.weights.h5"))
-    if not result.interrupted:
+    if not result.interrupted and trainer.num_workers == 1:
         eval_dist = strategy.distribute_datasets_from_function(
             pipeline.replica_dataset_fn(config, info, replicas, split="eval"))
         report["eval"] = {k: float(v) for k, v in

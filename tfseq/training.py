@@ -227,11 +227,18 @@ class ReplicaTrainer(Trainer):
     checkpoint is written only between steps, so a resumed epoch delivers exactly the parts
     the interrupted one had left.
 
+    Several workers (``MultiWorkerMirroredStrategy``): each worker runs this trainer on its own
+    shard; before every step the workers all-reduce whether they still have data, a worker
+    whose shard ended feeds copies of its last parts with weight 0 (no effect on the update)
+    until every shard has ended, so all workers take the same number of steps per epoch. Each
+    worker checkpoints its own iterator: the chief to ``model_dir/ckpt``, worker ``i`` to
+    ``model_dir/workers/i/ckpt``.
+
     Args:
       model: a Keras model built and compiled inside ``strategy.scope()``.
-      strategy: a single-worker strategy (e.g. ``tfseq.mirrored_strategy(n)``).
-      parts_ds: ``(x, y)`` or ``(x, y, sample_weight)`` parts, ``num_replicas`` per step in
-        replica order, e.g. ``replica_dataset_fn(...)(tf.distribute.InputContext(1, 0, n))``.
+      strategy: ``tfseq.mirrored_strategy(n)``, or a ``MultiWorkerMirroredStrategy``.
+      parts_ds: ``(x, y)`` or ``(x, y, sample_weight)`` parts, one per LOCAL replica per step,
+        in replica order: ``replica_dataset_fn(...)(trainer_input_context(strategy))``.
       **kwargs: as for ``Trainer`` (``model_dir``, ``checkpoint_every``, ``trackables``,
         ``on_step``; ``on_batch`` receives the tuple of parts of one step).
     """
@@ -241,6 +248,10 @@ class ReplicaTrainer(Trainer):
         super().__init__(model, parts_ds, **kwargs)
         self.strategy = strategy
         self.num_replicas = strategy.num_replicas_in_sync
+        self.num_local = len(strategy.extended.worker_devices)
+        self.num_workers = self.num_replicas // self.num_local
+        self.task_id = _task_id(strategy)
+        self._last_parts = None
         with strategy.scope():
             model.optimizer.build(model.trainable_variables)
 
@@ -251,21 +262,47 @@ class ReplicaTrainer(Trainer):
         self._step = step
         self._variables_created = False
 
+    @property
+    def checkpoint_dir(self) -> str | None:
+        if not self.model_dir or self.task_id == 0:
+            return super().checkpoint_dir
+        return os.path.join(self.model_dir, "workers", str(self.task_id), "ckpt")
+
     def _next_batch(self):
+        try:
+            parts = self._next_local_parts()
+        except StopIteration:
+            parts = None
+        if self.num_workers == 1:
+            if parts is None:
+                raise StopIteration
+            return parts
+        flags = self.strategy.experimental_distribute_values_from_function(
+            lambda context: tf.constant(0 if parts is None else 1, tf.int32))
+        if int(self.strategy.reduce(tf.distribute.ReduceOp.SUM, flags, axis=None)) == 0:
+            raise StopIteration  # every worker's shard has ended
+        if parts is None:
+            if self._last_parts is None:
+                raise ValueError(f"worker {self.task_id} has no data at all in this epoch")
+            parts = tuple(_zero_weight(p) for p in self._last_parts)
+        self._last_parts = parts
+        return parts
+
+    def _next_local_parts(self):
         first = next(self._iterator)  # StopIteration here: the epoch ended at a step boundary
         parts = [first]
-        for i in range(1, self.num_replicas):
+        for i in range(1, self.num_local):
             try:
                 parts.append(next(self._iterator))
             except StopIteration:
                 raise ValueError(f"parts_ds ended after part {i} of a step of "
-                                 f"{self.num_replicas}: it must emit whole steps (build it "
+                                 f"{self.num_local}: it must emit whole steps (build it "
                                  "with tfseq.replica_dataset_fn for this many replicas)") from None
         return tuple(parts)
 
     def _train_step(self, batch) -> dict:
         per_replica = self.strategy.experimental_distribute_values_from_function(
-            lambda context: batch[context.replica_id_in_sync_group])
+            lambda context: batch[context.replica_id_in_sync_group % self.num_local])
         if not self._variables_created:
             # The first step runs eagerly: Keras creates its metric variables there, which a
             # tf.function with relaxed shapes cannot do.
@@ -276,3 +313,24 @@ class ReplicaTrainer(Trainer):
         # Keras metrics are synchronised variables: every replica reports the same value.
         return {k: float(self.strategy.experimental_local_results(v)[0])
                 for k, v in logs.items()}
+
+
+def _task_id(strategy: tf.distribute.Strategy) -> int:
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return int(getattr(resolver, "task_id", 0) or 0) if resolver is not None else 0
+
+
+def _zero_weight(part):
+    """``part`` ``(x, y, w)`` with every sample weight 0 (a dummy step's input)."""
+    if not isinstance(part, tuple) or len(part) != 3:
+        raise ValueError("multi-worker parts need a sample weight: (x, y, weight) tuples")
+    x, y, w = part
+    return x, y, tf.nest.map_structure(tf.zeros_like, w)
+
+
+def trainer_input_context(strategy: tf.distribute.Strategy) -> tf.distribute.InputContext:
+    """The ``InputContext`` of this worker, for ``replica_dataset_fn(...)(context)``."""
+    local = len(strategy.extended.worker_devices)
+    return tf.distribute.InputContext(
+        num_input_pipelines=strategy.num_replicas_in_sync // local,
+        input_pipeline_id=_task_id(strategy), num_replicas_in_sync=strategy.num_replicas_in_sync)
