@@ -256,8 +256,9 @@ def train_replicas(pipeline, model_module, config, strategy) -> None:
         model = model_module.build_model(config, info)
     if not FLAGS.data_service:
         from tfseq.replicated import train_resumable
-        return train_resumable(FLAGS, pipeline, config, info, model, strategy, format_report,
-                               _counter_vars)
+        train_resumable(FLAGS, pipeline, config, info, model, strategy, format_report,
+                        _counter_vars)
+        return None
     dist = strategy.distribute_datasets_from_function(
         pipeline.replica_dataset_fn(config, info, strategy.num_replicas_in_sync,
                                     data_service=FLAGS.data_service))
