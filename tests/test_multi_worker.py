@@ -124,3 +124,51 @@ def test_two_workers_step_equally_and_match_a_two_replica_process(tmp_path):
 
 if __name__ == "__main__":
     child(sys.argv[1], sys.argv[2])
+
+
+@pytest.mark.slow
+def test_train_binary_two_workers_one_epoch(tmp_path):
+    """train.py --strategy=multi_worker with two localhost workers (TF_CONFIG)."""
+    books = ["Gen", "Ps", "Isa", "Matt", "Rom", "Rev", "Josh"]
+    lines = [f"{books[i % 7]}\t{i // 30 + 1}\t{i % 30 + 1}\t"
+             + " ".join(f"{books[i % 7].lower()}{j % 5}" for j in range(i % 9 + 2))
+             for i in range(280)]
+    files = [tmp_path / "a.tsv", tmp_path / "b.tsv"]
+    files[0].write_text("\n".join(lines[:150]) + "\n")
+    files[1].write_text("\n".join(lines[150:]) + "\n")
+    workers = [f"localhost:{free_port()}", f"localhost:{free_port()}"]
+    run = tmp_path / "run"
+    processes = []
+    try:
+        for index in range(2):
+            tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+            env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2",
+                   "TF_CONFIG": json.dumps(tf_config)}
+            processes.append(subprocess.Popen(
+                [sys.executable, os.path.join(ROOT, "scripts", "train.py"),
+                 "--strategy=multi_worker", f"--files={files[0]},{files[1]}", "--epochs=1",
+                 "--max_tokens=64", "--max_length=16", "--batching=bucket",
+                 f"--model_dir={run}", "--verbose=0"],
+                env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{index}.log", "w"),
+                start_new_session=True))
+        for index, p in enumerate(processes):
+            p.wait(timeout=150)
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=20)
+    chief = json.loads((run / "report.json").read_text())
+    other = json.loads((run / "workers" / "1" / "report.json").read_text())
+    assert chief["replicas"] == 2 and chief["epochs"] == 1
+    assert chief["steps"] == other["steps"] > 0
+    assert all(np.isfinite(r["history"]["loss"]).all() for r in (chief, other))
+    # Each worker read its own file once: together every line exactly once.
+    assert [chief["counters"]["train"]["seen"]["lines_read"],
+            other["counters"]["train"]["seen"]["lines_read"]] == [150, 130]
+    assert (run / "weights.weights.h5").exists()
+    assert tf_checkpoint_exists(run / "ckpt") and tf_checkpoint_exists(run / "workers" / "1" / "ckpt")
+
+
+def tf_checkpoint_exists(directory):
+    return (directory / "checkpoint").exists()

@@ -67,7 +67,11 @@ def train_resumable(flags, pipeline, config, info, model, strategy, format_repor
                           for k in (result.history[0] if result.history else {})},
               "counters": {k: {"seen": c.seen(), "drops": c.drops()}
                            for k, c in counters.items()}}
-    if not chief:  # the chief writes the weights, logs and the report
+    if not chief:  # the chief writes the weights and the report; others their own counts
+        worker_dir = os.path.join(flags.model_dir, "workers", str(trainer.task_id))
+        os.makedirs(worker_dir, exist_ok=True)
+        with open(os.path.join(worker_dir, "report.json"), "w") as f:
+            json.dump(report, f, indent=2, default=str)
         return report
     model.save_weights(os.path.join(flags.model_dir, "weights.weights.h5"))
     if not result.interrupted and trainer.num_workers == 1:
