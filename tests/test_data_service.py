@@ -232,3 +232,37 @@ def test_worker_killed_mid_epoch_loses_at_most_its_splits_and_repeats_nothing(tm
     lost = 20000 - len(got)
     assert 0 <= lost < 20000
     print(f"lost {lost} of 20000")
+
+
+def test_dispatcher_restarted_with_its_work_dir_keeps_the_epoch(tmp_path):
+    """A SIGKILLed dispatcher restarted with the same --work_dir and port: the reader goes on,
+    nothing repeats and the epoch ends."""
+    port = free_port()
+    processes = []
+
+    def server(name, args):
+        log = tmp_path / f"{name}_{len(processes)}.log"
+        processes.append(start([*args, "--trusted_network"], log))
+        wait_for_log(log, "listening on")
+        return processes[-1]
+
+    dispatcher_args = ["--role=dispatcher", f"--port={port}", f"--work_dir={tmp_path / 'j'}"]
+    try:
+        dispatcher = server("dispatcher", dispatcher_args)
+        for i in range(2):
+            server(f"worker{i}", ["--role=worker", f"--dispatcher_address=localhost:{port}",
+                                  f"--port={free_port()}"])
+        iterator = iter(tfseq.use_data_service(tf.data.Dataset.range(20000),
+                                               f"grpc://localhost:{port}"))
+        got = [int(next(iterator)) for _ in range(2000)]
+        dispatcher.kill()
+        dispatcher.wait(timeout=20)
+        server("dispatcher", dispatcher_args)
+        start_time = time.monotonic()
+        for value in iterator:
+            got.append(int(value))
+            assert time.monotonic() - start_time < 90, "epoch did not end"
+    finally:
+        stop(processes)
+    assert len(got) == len(set(got))  # nothing repeated
+    print(f"dispatcher restart: lost {20000 - len(got)} of 20000")
