@@ -25,7 +25,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
 
-BENCHES := batching training packing pipeline splitting attention tbptt
+BENCHES := batching training packing pipeline splitting attention tbptt predict
 
 bench: $(STAMP)
 	mkdir -p bench_out

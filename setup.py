@@ -14,6 +14,7 @@ setup(
         "tensorflow-text>=2.21,<2.22",
         "numpy",
         "absl-py",
+        "sentencepiece",  # SentencePiece vocabularies (training them; serving uses tensorflow-text)
     ],
     extras_require={
         "test": ["pytest", "hypothesis"],

@@ -44,18 +44,34 @@ from tfseq.bucketing import bucket_by_length  # noqa: E402
 
 DEFAULT_CORPUS = os.path.join(os.path.dirname(tfseq.__file__), "data", "kjv_en.tsv.gz")
 
+# Synthetic stand-ins for corpus shapes: (examples, median, p99, max) tokens. Lengths are
+# ceil(log-normal) with that median and p99, clipped at max.
+SHAPES = {
+    "phrases": (391_000, 2, 15, 100),       # dictionary phrase pairs
+    "entries": (253_000, 16, 87, 2333),     # dictionary entries
+    "prose": (57_000, 18, 62, 180),         # edited-prose sentences
+    "emails": (6_000, 169, 3166, 14954),    # email bodies, long-tailed
+}
+
 FLAGS = flags.FLAGS
 flags.DEFINE_list("files", [DEFAULT_CORPUS], "Text files (gzip if they end in .gz).")
 flags.DEFINE_integer("field", 3, "0-based tab-separated field holding the text; -1: whole line.")
-flags.DEFINE_enum("synthetic", "none", ["none", "zipf", "lognormal"],
+flags.DEFINE_enum("synthetic", "none", ["none", "zipf", "lognormal", *SHAPES],
                   "Use synthetic lengths instead of --files: 'zipf' has a power-law tail "
                   "(8 * Pareto(1.2), median ~14, some over max_length), 'lognormal' has "
-                  "median 20 and sigma 1.2.")
-flags.DEFINE_integer("synthetic_size", 50000, "Examples in the synthetic corpus.")
+                  "median 20 and sigma 1.2; the others are log-normal stand-ins for corpus "
+                  "shapes (median / p99 / max tokens, default size): " + "; ".join(
+                      f"{k} {v[1]} / {v[2]} / {v[3]} ({v[0]:,})" for k, v in SHAPES.items()))
+flags.DEFINE_integer("synthetic_size", None, "Examples in the synthetic corpus (default: 50,000 "
+                     "for zipf/lognormal, the shape's own size for the others).")
+flags.DEFINE_list("schemes", [], "Run only the schemes whose name contains one of these "
+                  "words (default: all), e.g. --schemes=tfseq,sorted.")
 flags.DEFINE_integer("max_tokens", 8192, "Budget: rows x padded length per batch.")
 flags.DEFINE_integer("max_length", 512, "Longer examples are dropped (same for every scheme).")
 flags.DEFINE_integer("epochs", 1, "Passes over the data per scheme.")
 flags.DEFINE_integer("pool_size", None, "tfseq pool size (default: the library default).")
+flags.DEFINE_integer("pool_budgets", None, "tfseq pool in budgets of tokens (pool_tokens = "
+                     "pool_budgets * max_tokens; default: the library default).")
 flags.DEFINE_list("extra_pool_sizes", [],
                   "Also run tfseq with each of these pool sizes (one more row each).")
 flags.DEFINE_integer("seed", 0, "Seed for the shuffle and for tfseq.")
@@ -79,13 +95,24 @@ def read_corpus(files, field) -> tf.data.Dataset:
     return lines.map(to_example, num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def synthetic_corpus(kind, size, seed) -> tf.data.Dataset:
+def synthetic_lengths(kind, size, seed) -> np.ndarray:
+    """int64 [size] example lengths of a synthetic corpus shape (see ``SHAPES``)."""
     rng = np.random.default_rng(seed)
     if kind == "zipf":
-        lengths = np.ceil(8 * (rng.pareto(1.2, size) + 1)).astype(np.int64) - 7
-    else:
-        lengths = np.ceil(rng.lognormal(math.log(20), 1.2, size)).astype(np.int64)
-    lengths = np.minimum(lengths, 4096)
+        return np.minimum(np.ceil(8 * (rng.pareto(1.2, size) + 1)).astype(np.int64) - 7, 4096)
+    if kind == "lognormal":
+        return np.minimum(np.ceil(rng.lognormal(math.log(20), 1.2, size)).astype(np.int64), 4096)
+    _, median, p99, longest = SHAPES[kind]
+    sigma = (math.log(p99) - math.log(median)) / 2.326  # 2.326: the normal's 99th percentile
+    lengths = np.ceil(rng.lognormal(math.log(median), sigma, size))
+    return np.clip(lengths, 1, longest).astype(np.int64)
+
+
+def synthetic_corpus(kind, size, seed) -> tf.data.Dataset:
+    rng = np.random.default_rng(seed + 1)
+    if size is None:
+        size = SHAPES[kind][0] if kind in SHAPES else 50000
+    lengths = synthetic_lengths(kind, size, seed)
     values = rng.integers(1, HASH_BUCKETS + 1, lengths.sum(), dtype=np.int32)
     ids = tf.RaggedTensor.from_row_lengths(values, lengths)
     return tf.data.Dataset.from_tensor_slices({"ids": ids}).map(lambda x: x)
@@ -103,6 +130,7 @@ class Setting:
     seed: int
     pool_size: int | None  # tfseq's pool (None: the library default)
     epoch_size: int  # examples per epoch
+    pool_budgets: int | None = None  # tfseq's pool in budgets of tokens
 
 
 def plain(s: Setting):
@@ -148,7 +176,8 @@ def width1_buckets(s: Setting):
 
 def tfseq_buckets(s: Setting):
     return lambda ds: ds.apply(bucket_by_length(
-        max_tokens=s.max_tokens, max_length=s.max_length, seed=s.seed, pool_size=s.pool_size))
+        max_tokens=s.max_tokens, max_length=s.max_length, seed=s.seed, pool_size=s.pool_size,
+        pool_tokens=s.pool_budgets * s.max_tokens if s.pool_budgets else None))
 
 
 def sorted_epoch(s: Setting):
@@ -191,7 +220,7 @@ def measure(dataset) -> tuple[np.ndarray, float, float]:
 def main(argv):
     del argv
     if FLAGS.synthetic != "none":
-        source = f"synthetic {FLAGS.synthetic}, {FLAGS.synthetic_size} examples, seed {FLAGS.seed}"
+        source = f"synthetic {FLAGS.synthetic}, seed {FLAGS.seed}"
         examples = synthetic_corpus(FLAGS.synthetic, FLAGS.synthetic_size, FLAGS.seed)
     else:
         source = f"{','.join(os.path.relpath(f) for f in FLAGS.files)} field {FLAGS.field}"
@@ -215,8 +244,9 @@ def main(argv):
 
     fewest = math.ceil(real_per_epoch / budget) * FLAGS.epochs
 
-    setting = Setting(budget, max_length, FLAGS.seed, FLAGS.pool_size, n_kept)
-    schemes = list(SCHEMES)
+    setting = Setting(budget, max_length, FLAGS.seed, FLAGS.pool_size, n_kept, FLAGS.pool_budgets)
+    schemes = [s for s in SCHEMES
+               if not FLAGS.schemes or any(w in s[0] for w in FLAGS.schemes)]
     for size in FLAGS.extra_pool_sizes:
         at = dataclasses.replace(setting, pool_size=int(size))
         schemes.append((f"tfseq, pool_size={int(size)}", lambda _, at=at: tfseq_buckets(at)))
@@ -231,7 +261,7 @@ def main(argv):
             "padding_efficiency": real / cells, "batches_per_epoch": batches / FLAGS.epochs,
             "max_batch_cells": int(max_cells), "tokens_per_s": real / seconds, "tokens_per_cpu_s": real / cpu,
         })
-    ref = next(r for r in rows if r["scheme"] == "tfseq bucket_by_length")
+    ref = next((r for r in rows if r["scheme"] == "tfseq bucket_by_length"), rows[0])
     for r in rows:
         r["steps_vs_tfseq"] = r["batches_per_epoch"] / ref["batches_per_epoch"]
         r["speed_vs_tfseq"] = r["tokens_per_s"] / ref["tokens_per_s"]

@@ -15,6 +15,11 @@ Measures, from one run:
 Usage:
   python scripts/bench_splitting.py --json_out=bench_out/splitting.json
   python scripts/bench_splitting.py --num_splits=8 --batch_size=512 --repeats=5
+  python scripts/bench_splitting.py --synthetic=emails --batch_size=32   # heavy tail
+
+``largest/greedy``: the largest part's real tokens over the largest part of the longest-first
+greedy partition of the same rows (the reference, mean over batches); ``cells/greedy``: the
+largest part's padded cells (rows x its longest row, ``trim=True``) over the same reference.
 """
 
 from __future__ import annotations
@@ -26,6 +31,11 @@ import time
 from absl import app, flags
 
 flags.DEFINE_string("corpus", None, "TSV(.gz) corpus; default: the embedded kjv_en.tsv.gz.")
+flags.DEFINE_enum("synthetic", "none", ["none", "emails"],
+                  "Synthetic lengths instead of --corpus: 'emails' is a heavy tail (log-normal, "
+                  "median 169, p99 3166 tokens, capped at --max_length).")
+flags.DEFINE_integer("max_length", 4096, "Cap on synthetic lengths.")
+flags.DEFINE_integer("num_batches", 40, "Batches of synthetic lengths.")
 flags.DEFINE_integer("num_splits", 4, "Replicas to split each batch over.")
 flags.DEFINE_integer("batch_size", 256, "Rows per (global) padded batch.")
 flags.DEFINE_integer("shuffle_buffer", 4096, "Example shuffle buffer before batching (0: none).")
@@ -61,6 +71,31 @@ def batches(path: str, batch_size: int, shuffle_buffer: int, seed: int):
     return ds.padded_batch(batch_size)
 
 
+def synthetic_batches(batch_size: int, num_batches: int, max_length: int, seed: int):
+    """Padded batches of heavy-tailed synthetic lengths (email bodies)."""
+    import math
+
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    sigma = (math.log(3166) - math.log(169)) / 2.326
+    lengths = np.clip(np.ceil(rng.lognormal(math.log(169), sigma, batch_size * num_batches)),
+                      1, max_length).astype(np.int32)
+    ids = tf.RaggedTensor.from_row_lengths(tf.ones([int(lengths.sum())], tf.int32), lengths)
+    ds = tf.data.Dataset.from_tensor_slices({"ids": ids, "ids_length": lengths})
+    return ds.map(lambda e: {"ids": e["ids"], "ids_length": e["ids_length"]}).padded_batch(
+        batch_size)
+
+
+def greedy_largest_part(lengths, num_splits: int) -> int:
+    """The largest part (real tokens) of the longest-first greedy partition: the reference."""
+    loads = [0] * num_splits
+    for n in sorted(lengths, reverse=True):
+        loads[loads.index(min(loads))] += int(n)
+    return max(loads)
+
+
 def ms_per_element(dataset) -> tuple[float, int]:
     """Wall time per element of one pass, counted in-graph (no Python loop)."""
     import numpy as np
@@ -83,16 +118,23 @@ def imbalance(split_dataset) -> dict:
     """Per-batch max/mean of real tokens and of padded cells over the replicas."""
     import numpy as np
 
-    tokens, cells = [], []
+    tokens, cells, vs_greedy, cells_vs_greedy = [], [], [], []
     for parts in split_dataset:
         real = np.array([float(np.sum(p["ids_length"].numpy() * p["weight"].numpy()))
                          for p in parts])
         area = np.array([float(np.prod(p["ids"].shape)) for p in parts])
+        lengths = np.concatenate([p["ids_length"].numpy()[p["weight"].numpy() > 0]
+                                  for p in parts])
+        reference = greedy_largest_part(lengths, len(parts))
         tokens.append(real.max() / max(real.mean(), 1e-9))
         cells.append(area.max() / max(area.mean(), 1e-9))
+        vs_greedy.append(real.max() / max(reference, 1))
+        cells_vs_greedy.append(area.max() / max(reference, 1))
     return {"token_imbalance_mean": float(np.mean(tokens)),
             "token_imbalance_worst": float(np.max(tokens)),
-            "cell_imbalance_mean": float(np.mean(cells))}
+            "cell_imbalance_mean": float(np.mean(cells)),
+            "largest_part_vs_greedy": float(np.mean(vs_greedy)),
+            "largest_part_cells_vs_greedy_tokens": float(np.mean(cells_vs_greedy))}
 
 
 def main(argv):
@@ -100,41 +142,52 @@ def main(argv):
     from tfseq.splitting import split_batch
 
     path = FLAGS.corpus or default_corpus()
-    source = batches(path, FLAGS.batch_size, FLAGS.shuffle_buffer, FLAGS.seed)
+    if FLAGS.synthetic == "emails":
+        path = f"synthetic emails (capped at {FLAGS.max_length})"
+        source = synthetic_batches(FLAGS.batch_size, FLAGS.num_batches, FLAGS.max_length,
+                                   FLAGS.seed)
+    else:
+        source = batches(path, FLAGS.batch_size, FLAGS.shuffle_buffer, FLAGS.seed)
     full_ms, num_batches = ms_per_element(source)
     cached = source.cache()
     ms_per_element(cached)  # fills the cache
-    balances = ("examples", "tokens")
+    # (name, split_batch arguments)
+    balances = {"examples": dict(balance="examples"),
+                "tokens": dict(balance="tokens"),
+                "tokens, equal_rows": dict(balance="tokens", equal_rows=True)}
     timed = {"unsplit": cached}
-    for balance in balances:
-        timed[balance] = cached.apply(split_batch(FLAGS.num_splits, balance=balance))
+    for balance, kwargs in balances.items():
+        timed[balance] = cached.apply(split_batch(FLAGS.num_splits, **kwargs))
     best = best_ms(timed, FLAGS.repeats)
     unsplit_ms = best["unsplit"]
 
     rows = []
-    for balance in balances:
-        trimmed = cached.apply(split_batch(FLAGS.num_splits, balance=balance, trim=True))
+    for balance, kwargs in balances.items():
+        trimmed = cached.apply(split_batch(FLAGS.num_splits, trim=True, **kwargs))
         split_ms = best[balance]
         rows.append({"balance": balance, "split_ms_per_batch": split_ms,
                      "split_cost_ms": split_ms - unsplit_ms,
                      "split_cost_vs_full_pipeline": (split_ms - unsplit_ms) / full_ms,
                      **imbalance(trimmed)})
 
-    result = {"corpus": os.path.basename(path), "num_batches": num_batches,
+    result = {"corpus": os.path.basename(path) if FLAGS.synthetic == "none" else path,
+              "num_batches": num_batches,
               "batch_size": FLAGS.batch_size, "num_splits": FLAGS.num_splits,
               "full_pipeline_ms_per_batch": full_ms, "cached_unsplit_ms_per_batch": unsplit_ms,
               "schemes": rows}
-    header = (f"{'balance':<9} {'split ms/b':>10} {'cost ms/b':>10} {'cost/full':>10} "
-              f"{'tok max/mean':>13} {'worst':>7} {'cells max/mean':>15}")
+    header = (f"{'balance':<18} {'split ms/b':>10} {'cost ms/b':>10} {'cost/full':>10} "
+              f"{'tok max/mean':>13} {'worst':>7} {'cells max/mean':>15} "
+              f"{'largest/greedy':>15} {'cells/greedy':>13}")
     lines = [f"corpus {result['corpus']}: {num_batches} batches of {FLAGS.batch_size} over "
              f"{FLAGS.num_splits} replicas; full pipeline {full_ms:.2f} ms/batch, cached "
              f"unsplit {unsplit_ms:.3f} ms/batch", header]
     for r in rows:
-        lines.append(f"{r['balance']:<9} {r['split_ms_per_batch']:>10.3f} "
+        lines.append(f"{r['balance']:<18} {r['split_ms_per_batch']:>10.3f} "
                      f"{r['split_cost_ms']:>10.3f} {r['split_cost_vs_full_pipeline']:>10.3f} "
                      f"{r['token_imbalance_mean']:>13.3f} {r['token_imbalance_worst']:>7.3f} "
-                     f"{r['cell_imbalance_mean']:>15.3f}")
-    ex, tok = rows
+                     f"{r['cell_imbalance_mean']:>15.3f} {r['largest_part_vs_greedy']:>15.3f} "
+                     f"{r['largest_part_cells_vs_greedy_tokens']:>13.3f}")
+    ex, tok = rows[0], rows[1]
     lines.append(f"tokens/examples: imbalance excess {(tok['token_imbalance_mean'] - 1):.4f} vs "
                  f"{(ex['token_imbalance_mean'] - 1):.4f}; split cost ratio "
                  f"{tok['split_ms_per_batch'] / ex['split_ms_per_batch']:.2f}x")

@@ -53,6 +53,8 @@ flags.DEFINE_enum("strategy", "mirrored", ["mirrored", "multi_worker"],
 flags.DEFINE_string("data_service", None, "tf.data service address, e.g. grpc://localhost:5000.")
 flags.DEFINE_integer("tbptt", None, "Truncated-BPTT chunk length (task lm).")
 flags.DEFINE_integer("verbose", 1, "0: quiet; 1: progress bar and report; 2: also INFO logs.")
+flags.DEFINE_boolean("export", True, "At the end of a finished run, write <model_dir>/export "
+                     "(a SavedModel over raw text; see scripts/export.py).")
 OWN_FLAGS = sorted(set(FLAGS) - _FLAGS_BEFORE)
 
 # Flag -> task Config field. A flag given explicitly must exist in the task's Config.
@@ -239,6 +241,9 @@ def main(argv):
     print(format_report(report))
     if not result.interrupted and hasattr(model_module, "decode_examples"):
         print("\n".join(model_module.decode_examples(model, eval_ds, info)))
+    if not result.interrupted and FLAGS.export:
+        from scripts.export import export_run
+        export_run(FLAGS.model_dir, FLAGS.task, config, model, info)
 
 
 def train_replicas(pipeline, model_module, config, strategy) -> None:
@@ -256,8 +261,11 @@ def train_replicas(pipeline, model_module, config, strategy) -> None:
         model = model_module.build_model(config, info)
     if not FLAGS.data_service:
         from tfseq.replicated import train_resumable
-        train_resumable(FLAGS, pipeline, config, info, model, strategy, format_report,
-                        _counter_vars)
+        report = train_resumable(FLAGS, pipeline, config, info, model, strategy,
+                                 format_report, _counter_vars)
+        if FLAGS.export and report.get("chief", True) and not report["interrupted"]:
+            from scripts.export import export_run
+            export_run(FLAGS.model_dir, FLAGS.task, config, model, info)
         return None
     dist = strategy.distribute_datasets_from_function(
         pipeline.replica_dataset_fn(config, info, strategy.num_replicas_in_sync,
@@ -281,6 +289,9 @@ def train_replicas(pipeline, model_module, config, strategy) -> None:
     with open(os.path.join(FLAGS.model_dir, "report.json"), "w") as f:
         json.dump(report, f, indent=2, default=str)
     print(format_report(report))
+    if FLAGS.export:
+        from scripts.export import export_run
+        export_run(FLAGS.model_dir, FLAGS.task, config, model, info)
 
 
 def _counter_vars(counters):

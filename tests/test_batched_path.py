@@ -45,6 +45,38 @@ def test_bucketing_ragged_batches_emits_each_example_once(lengths, rows, max_len
     assert counter.drops() == {"too_long": len(lengths) - len(expected)}
 
 
+@settings(max_examples=30, deadline=None)
+@given(lengths=st.lists(st.integers(0, 12), min_size=1, max_size=50),
+       rows=st.integers(1, 9), max_length=st.integers(2, 12), multiple=st.sampled_from([2, 3, 4]),
+       pool_size=st.integers(1, 12), shuffle=st.booleans())
+def test_bucketing_batch_multiple_holds_across_pools_with_drops(lengths, rows, max_length,
+                                                                multiple, pool_size, shuffle):
+    # Small pools, drops in them: each pool's remainder is carried into the next, so every
+    # batch but the last of the stream has a multiple of `multiple` rows, and the carried
+    # tails come out exactly once when the stream ends.
+    counter = tfseq.DropCounter()
+    ds = _examples(lengths).batch(rows).apply(tfseq.bucket_by_length(
+        max_tokens=12 * multiple, max_length=max_length, batch_multiple=multiple,
+        pool_size=pool_size * multiple, shuffle=shuffle, seed=2, counter=counter))
+    out = to_list(ds)
+    kept = [i for i, n in enumerate(lengths) if n <= max_length]
+    assert sorted(label for b in out for label in b["label"]) == kept
+    assert counter.drops() == {"too_long": len(lengths) - len(kept)}
+    assert all(len(b["label"]) % multiple == 0 for b in out[:-1])
+    assert all(np.size(b["ids"]) <= 12 * multiple for b in out)
+
+
+def test_bucketing_pools_by_tokens_and_carries_the_tail():
+    # pool_tokens=10: a pool closes after the batch that brings it to >= 10 tokens. The first
+    # ([4 4] + [3 3] = 14 tokens) is cut at 8 cells into [4 4] [3 3]: [4 4] goes out, the tail
+    # [3 3] starts the second pool, which closes at [3 3] + [2 2] = 10 tokens: [3 3] goes out,
+    # the tail [2 2] starts the third, which the end of the stream closes: [2 2 1 1].
+    lengths = [4, 4, 3, 3, 2, 2, 1, 1]
+    ds = _examples(lengths).batch(2).apply(tfseq.bucket_by_length(
+        max_tokens=8, pool_tokens=10, shuffle=False))
+    assert [b["ids_length"] for b in to_list(ds)] == [[4, 4], [3, 3], [2, 2, 1, 1]]
+
+
 def test_bucketing_ragged_batches_equals_examples_when_one_pool():
     lengths = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8]
     make = lambda ds: ds.apply(tfseq.bucket_by_length(  # noqa: E731
@@ -57,12 +89,14 @@ def test_bucketing_ragged_batches_equals_examples_when_one_pool():
 
 
 def test_bucketing_pools_whole_ragged_batches_until_pool_size():
-    # batches of 3 rows, pool_size 4: pools {1..6} (closed at 6 >= 4) and {7, 8}; lengths
-    # never mix across pools, so each pool's batches come out longest first.
+    # batches of 3 rows, pool_size 4: the first pool {1..6} closes at 6 >= 4 and is cut
+    # [6] [5] [4 3] [2 1]; its last batch [2 1] and [4 3] (7 of 8 cells real, under 90%)
+    # start the second pool {4, 3, 2, 1, 7, 8}, which the end of the stream closes:
+    # [8] [7] [4 3] [2 1]. Without shuffling each pool's batches come out longest first.
     lengths = [1, 2, 3, 4, 5, 6, 7, 8]
     ds = _examples(lengths).batch(3)
     out = to_list(ds.apply(tfseq.bucket_by_length(max_tokens=8, pool_size=4, shuffle=False)))
-    assert [b["ids_length"] for b in out] == [[6], [5], [4, 3], [2, 1], [8], [7]]
+    assert [b["ids_length"] for b in out] == [[6], [5], [8], [7], [4, 3], [2, 1]]
 
 
 @pytest.mark.parametrize("seed", [None, 5])
@@ -137,6 +171,26 @@ def test_text_lines_batches_cover_every_line_once(tmp_path_factory, sizes, num_s
     assert sorted(seen) == sorted(lines)
 
 
+def test_iterator_checkpoint_at_every_batch_resumes_bucketing_exactly(tmp_path):
+    # 45 examples in batches of 4, pools of 10 with carried tails: checkpoints taken after
+    # each batch, some while a tail waits in the scan state for the next pool.
+    lengths = [1 + (i * 5) % 9 for i in range(45)]
+    options = tf.data.Options()
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    make = lambda: _examples(lengths).batch(4).apply(tfseq.bucket_by_length(  # noqa: E731
+        max_tokens=18, pool_size=10, seed=7)).with_options(options)
+    expected = [b["label"] for b in to_list(make())]
+    assert sorted(sum(expected, [])) == list(range(45))
+    for position in range(1, len(expected)):
+        it = iter(make())
+        for _ in range(position):
+            next(it)
+        path = tf.train.Checkpoint(iterator=it).write(str(tmp_path / f"ckpt{position}"))
+        it2 = iter(make())
+        tf.train.Checkpoint(iterator=it2).read(path).assert_consumed()
+        assert [to_python(b)["label"] for b in it2] == expected[position:], position
+
+
 @pytest.mark.parametrize("transform", ["bucket", "pack"])
 def test_iterator_checkpoint_mid_pool_resumes_exactly(tmp_path, transform):
     # 60 examples in batches of 7, pools of 20: the checkpoint falls while a pool is
@@ -164,3 +218,37 @@ def test_iterator_checkpoint_mid_pool_resumes_exactly(tmp_path, transform):
     rest_after = [to_python(b)[key] for b in it2]
     assert first + rest_before == expected
     assert rest_after == rest_before
+
+
+def test_mark_last_flags_only_the_last_element_and_keeps_structure():
+    from tfseq._common import mark_last
+
+    assert to_list(mark_last(tf.data.Dataset.range(3))) == [(False, 0), (False, 1), (True, 2)]
+    assert to_list(mark_last(tf.data.Dataset.range(0))) == []
+    ds = _examples([2, 0, 3]).batch(2)
+    assert to_list(mark_last(ds)) == [(False, x) for x in to_list(ds)[:1]] + [(True, to_list(ds)[1])]
+
+
+def test_bucketing_through_the_data_service_flushes_every_workers_tail(tmp_path):
+    # Two workers, four files read in batches: each worker's stream ends with a part-filled
+    # pool (and a carried tail) that must come out. A marker appended with `concatenate`
+    # would be a split of its own on the service and reach at most one worker.
+    lines, paths = [], []
+    for f in range(4):
+        file_lines = [f"w{f}_{i} " + "x " * (i % 13) for i in range(300)]
+        (tmp_path / f"{f}.txt").write_text("\n".join(file_lines) + "\n")
+        paths.append(str(tmp_path / f"{f}.txt"))
+        lines += file_lines
+    vocab = tfseq.Vocab(["<pad>", "<unk>", "<s>", "</s>", "x"] + [l.split()[0] for l in lines])
+    service = tf.data.experimental.service
+    dispatcher = service.DispatchServer()
+    address = dispatcher.target.split("://")[1]
+    workers = [service.WorkerServer(service.WorkerConfig(dispatcher_address=address))
+               for _ in range(2)]
+    ds = tfseq.text_lines(paths, batch_size=64).apply(tfseq.tokenize(vocab)).apply(
+        tfseq.bucket_by_length(max_tokens=128, max_length=16, seed=0))
+    first_ids = []
+    for batch in tfseq.use_data_service(ds, dispatcher.target):
+        first_ids += batch["ids"].numpy()[:, 0].tolist()
+    assert sorted(first_ids) == list(range(5, 5 + len(lines)))
+    del workers

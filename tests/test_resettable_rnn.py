@@ -181,3 +181,72 @@ def test_segment_mean_lines_up_with_per_segment_labels():
     segment_ids = tf.constant([[1, 1, 2, 0], [1, 1, 1, 1]])
     assert segment_mean(values, segment_ids, 3).numpy().tolist() == [[[2.0], [10.0], [0.0]],
                                                                      [[5.0], [0.0], [0.0]]]
+
+
+# --- bidirectional: the backward direction restarts at each segment's end
+
+@pytest.mark.parametrize("kind", sorted(CELLS))
+def test_bidirectional_packed_row_equals_a_bidirectional_rnn_over_each_segment(kind):
+    x = np.random.default_rng(3).normal(size=(2, 7, DIM)).astype(np.float32)
+    segment_ids = np.array([[1, 1, 1, 2, 2, 3, 0], [1, 1, 1, 1, 1, 1, 1]], np.int32)
+    layer = ResettableRNN(CELLS[kind](), bidirectional=True)
+    packed = layer(x, segment_ids=segment_ids).numpy()
+    assert packed.shape == (2, 7, 12)
+    assert packed[0, 6].tolist() == [0.0] * 12  # padding outputs zeros
+    forward = keras.layers.RNN(layer.cell, return_sequences=True)
+    backward = keras.layers.RNN(layer.backward_cell, return_sequences=True, go_backwards=True)
+    for row, start, end in [(0, 0, 3), (0, 3, 5), (0, 5, 6), (1, 0, 7)]:
+        alone = x[row:row + 1, start:end]
+        expected = np.concatenate([forward(alone).numpy()[0],
+                                   backward(alone).numpy()[0][::-1]], axis=-1)
+        np.testing.assert_allclose(packed[row, start:end], expected, atol=1e-5, rtol=0)
+
+
+def test_bidirectional_segment_ends_from_resets_and_mask_match_segment_ids():
+    x = np.random.default_rng(4).normal(size=(1, 6, DIM)).astype(np.float32)
+    layer = ResettableRNN(keras.layers.GRUCell(3), bidirectional=True)
+    from_ids = layer(x, segment_ids=np.array([[1, 1, 2, 2, 2, 0]])).numpy()
+    from_resets = layer(x, np.array([[1, 0, 1, 0, 0, 0]]),
+                        mask=np.array([[1, 1, 1, 1, 1, 0]], bool)).numpy()
+    np.testing.assert_allclose(from_resets, from_ids, atol=1e-6, rtol=0)
+    # A padded row is one segment: the backward direction starts at the last real step.
+    padded = layer(x[:, :2], mask=np.array([[True, True]])).numpy()
+    np.testing.assert_allclose(from_ids[:, :2], padded, atol=1e-6, rtol=0)
+
+
+def test_bidirectional_config_round_trip_save_load_and_bad_arguments(tmp_path):
+    layer = ResettableRNN(keras.layers.GRUCell(4), bidirectional=True, name="birnn")
+    clone = ResettableRNN.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config() and clone.bidirectional
+    ids = keras.Input((None,), dtype="int32", name="ids")
+    segment_ids = keras.Input((None,), dtype="int32", name="ids_segment_ids")
+    x = keras.layers.Embedding(VOCAB, DIM)(ids)
+    model = keras.Model({"ids": ids, "ids_segment_ids": segment_ids},
+                        layer(x, segment_ids=segment_ids))
+    batch = {"ids": np.array([[5, 6, 7, 8, 0]]), "ids_segment_ids": np.array([[1, 1, 2, 2, 0]])}
+    path = str(tmp_path / "birnn.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    out = loaded.predict(batch, verbose=0)
+    assert out.shape == (1, 5, 8)
+    np.testing.assert_allclose(out, model.predict(batch, verbose=0), atol=1e-6)
+    with pytest.raises(ValueError, match="returns sequences only"):
+        ResettableRNN(keras.layers.GRUCell(4), bidirectional=True, return_state=True)
+    with pytest.raises(ValueError, match="initial_state"):
+        layer(np.zeros((1, 2, DIM), np.float32), initial_state=[np.zeros((1, 4), np.float32)])
+
+
+def test_segment_pooling_modes_literal_and_config():
+    from tfseq.layers import SegmentPooling
+    values = np.array([[[1.0], [3.0], [-2.0], [9.0]]], np.float32)
+    segment_ids = np.array([[1, 1, 2, 0]])
+    expected = {"mean": [[[2.0], [-2.0], [0.0]]], "max": [[[3.0], [-2.0], [0.0]]],
+                "sum": [[[4.0], [-2.0], [0.0]]]}
+    for mode, want in expected.items():
+        layer = SegmentPooling(3, mode=mode)
+        assert layer(values, segment_ids).numpy().tolist() == want
+        assert SegmentPooling.from_config(layer.get_config()).get_config() == layer.get_config()
+    with pytest.raises(ValueError, match="mode"):
+        SegmentPooling(3, mode="median")
+    with pytest.raises(ValueError, match="num_segments"):
+        SegmentPooling(0)

@@ -255,3 +255,36 @@ def test_spec_errors():
 def test_prefetch_to_device_errors(device, buffer_size, error):
     with pytest.raises(error):
         prefetch_to_device(device, buffer_size)
+
+
+def test_tokens_balance_follows_a_heavy_tail_with_uneven_row_counts():
+    lengths = [10, 90, 10, 10, 10, 10, 10, 10]
+    ids = [[1] * n + [0] * (90 - n) for n in lengths]
+    ds = one_batch(ids=tf.constant(ids), ids_length=tf.constant(lengths), label=tf.range(8))
+    [greedy] = to_list(ds.apply(split_batch(4, balance="tokens")))
+    assert [p["label"] for p in greedy] == [[1], [0, 4, 7], [2, 5], [3, 6]]
+    assert [sum(p["ids_length"]) for p in greedy] == [90, 30, 20, 20]
+    [snake] = to_list(ds.apply(split_batch(4, balance="tokens", equal_rows=True)))
+    assert [p["label"] for p in snake] == [[1, 7], [0, 6], [2, 5], [3, 4]]
+    assert [sum(p["ids_length"]) for p in snake] == [100, 20, 20, 20]
+
+
+def _greedy_largest_part(lengths, num_splits):
+    loads = [0] * num_splits
+    for n in sorted(lengths, reverse=True):
+        loads[loads.index(min(loads))] += n
+    return max(loads)
+
+
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(0, 300), min_size=1, max_size=40),
+       num_splits=st.integers(1, 6))
+def test_tokens_balance_largest_part_is_the_greedy_partitions(lengths, num_splits):
+    ids = tf.ragged.constant([[1] * n for n in lengths], dtype=tf.int32, ragged_rank=1)
+    ds = one_batch(ids=ids, label=tf.range(len(lengths)))
+    [parts] = to_list(ds.apply(split_batch(num_splits, balance="tokens")))
+    real = [sum(len(row) for row, w in zip(p["ids"], p["weight"]) if w) for p in parts]
+    assert max(real) == _greedy_largest_part(lengths, num_splits)
+    assert sorted(label for p in parts for label, w in zip(p["label"], p["weight"]) if w) == \
+        list(range(len(lengths)))
+    assert all(len(p["label"]) >= 1 for p in parts)

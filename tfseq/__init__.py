@@ -18,6 +18,7 @@ from tfseq.corpus import corpus_path
 
 # --- bucketing
 from tfseq.bucketing import bucket_by_length, fit_boundaries
+from tfseq.inference import predict_in_order, restore_order, with_index
 
 # --- packing
 from tfseq.packing import pack, unpack
@@ -34,6 +35,9 @@ from tfseq.tbptt import assert_chunks_in_order, tbptt_chunks, tbptt_stream
 
 # --- lod and multislot
 from tfseq import lod
+
+# --- serving (raw-text SavedModels)
+from tfseq import serving
 
 # --- layers
 from tfseq import layers

@@ -2,11 +2,15 @@
 
 Shapes: B = batch (rows), T = time (tokens), W = pool size (examples).
 
-How it batches (pool, sort, split, shuffle), all in the tf.data graph:
+How it batches (pool, sort, split, carry, shuffle), all in the tf.data graph:
 
-1. The stream is cut into pools of ``pool_size`` consecutive examples (``ragged_batch``);
-   input that is ragged batches of examples already is pooled whole batches at a time, a
-   pool closing once it holds ``pool_size`` examples or more.
+1. The stream is gathered into pools of consecutive examples, whole input batches at a time
+   (input of single examples is first batched ``ragged_batch(256)``). With a token budget a
+   pool closes once it holds ``pool_tokens`` tokens (default ``DEFAULT_POOL_BUDGETS``
+   budgets' worth, so a pool holds about that many batches whatever the lengths); with a
+   fixed ``batch_size``, or when ``pool_size`` is given, once it holds ``pool_size``
+   examples. The end of the input closes the last pool (found by looking one input batch
+   ahead, so it also works on each worker of the ``tf.data`` service).
 2. Examples longer than ``max_length`` are dropped and counted under ``"too_long"`` (one
    vectorized counter update per pool).
 3. Each pool is ordered longest bucket first; inside a bucket the order is random (seeded).
@@ -17,7 +21,13 @@ How it batches (pool, sort, split, shuffle), all in the tf.data graph:
    example of the batch (or its bucket boundary with ``pad_to_boundary``), with the row count
    rounded down to ``batch_multiple``. A batch may run past the end of a bucket into the next,
    shorter one; that is what stops every bucket from leaving a part-filled batch behind.
-5. The batches of a pool are emitted in a random (seeded) order.
+5. The pool's last batch (the remainder of its shortest bucket) is not emitted: its examples
+   start the next pool. With a budget, so are the batches that fill less than 90% of their
+   cells (lengths too sparse in this pool), worst first, up to 8 budgets' worth. Only the
+   end of the stream emits a part-filled batch, so every batch but the last has a multiple
+   of ``batch_multiple`` rows, and the pools lose no step to their tails.
+6. The other batches of a pool are emitted in a random (seeded) order; at the end of the
+   stream the last batch comes last.
 
 Worked example: lengths 1..10 in this order, ``boundaries=[3, 7, 11]``, ``max_tokens=20``,
 ``shuffle=False`` (input order kept inside a bucket, batches emitted longest first), one pool.
@@ -56,10 +66,14 @@ import numpy as np
 import tensorflow as tf
 
 from tfseq._common import (LENGTH_SUFFIX, Transform, batch_lengths, check_positive_int,
-                           example_keys)
+                           example_keys, mark_last)
 from tfseq.stats import DropCounter, resolve_counter
 
-DEFAULT_POOL_SIZE = 32768
+DEFAULT_POOL_SIZE = 32768      # examples per pool with a fixed batch_size
+DEFAULT_POOL_BUDGETS = 256     # budgets' worth of tokens per pool with max_tokens
+_EXAMPLES_PER_CHUNK = 256      # per-example input is batched this much before pooling
+_CARRY_FILL = 0.9              # batches filling less of their cells wait for the next pool
+_CARRY_BUDGETS = 8             # ... up to this many budgets of cells
 
 
 def fit_boundaries(lengths, num_buckets: int) -> list[int]:
@@ -128,69 +142,49 @@ def _unwrap_flat_ragged(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset
 
 
-def _pool_batches(dataset: tf.data.Dataset, pool_size: int) -> tf.data.Dataset:
-    """Ragged batches of examples -> pools of whole batches, each closed as soon as it holds
-    ``pool_size`` examples or more (the last pool of a finite stream may hold fewer).
+class _PoolArrays:
+    """The flat arrays a pool is kept in while it fills: per key, a tensor list of the batches'
+    flat values and (ragged keys) one of their int32 row lengths.
 
-    A ``scan`` appends each batch's flat values and row lengths to tensor lists (amortized
-    O(1), no copy of the pool so far) and hands the arrays on when the pool is full; the pool
-    is then concatenated once. Costs one tf.data call per batch: ``Dataset.rebatch`` would give
-    exact pools, but it encodes every ragged row as a variant (~2 us per example).
-
-    Returns:
-      A dataset of dicts with the input's keys: sequence features int ``RaggedTensor
-      [W, (T)]`` with int32 row splits, the other features ``[W]``.
+    Appending a batch is amortized O(1) (no copy of the pool so far); the pool is
+    concatenated once, when it closes. Shapes: W = rows in the pool.
     """
-    spec = dataset.element_spec
-    keys = sorted(spec)
-    ragged = {k: isinstance(spec[k], tf.RaggedTensorSpec) for k in keys}
 
-    def parts(batch):
+    def __init__(self, spec):
+        self.keys = sorted(spec)
+        self.spec = spec
+        self.ragged = {k: isinstance(spec[k], tf.RaggedTensorSpec) for k in self.keys}
+        self.dtypes = []
+        for k in self.keys:
+            self.dtypes += [spec[k].dtype, tf.int32] if self.ragged[k] else [spec[k].dtype]
+
+    def parts(self, batch) -> list[tf.Tensor]:
+        """A ragged batch (or pool) -> its flat arrays, in ``dtypes`` order."""
         out = []
-        for k in keys:
-            if ragged[k]:
+        for k in self.keys:
+            if self.ragged[k]:
                 out += [batch[k].flat_values, tf.cast(batch[k].row_lengths(), tf.int32)]
             else:
                 out.append(batch[k])
         return out
 
-    dtypes = []
-    for k in keys:
-        dtypes += [spec[k].dtype, tf.int32] if ragged[k] else [spec[k].dtype]
-
-    def empty_arrays():
+    def empty(self) -> tuple:
         return tuple(tf.raw_ops.EmptyTensorList(element_shape=[-1], max_num_elements=-1,
-                                                element_dtype=d) for d in dtypes)
+                                                element_dtype=d) for d in self.dtypes)
 
-    def empty_batch():
-        batch = {}
-        for k in keys:
-            zeros = tf.zeros([0], spec[k].dtype)
-            batch[k] = (tf.RaggedTensor.from_row_lengths(
-                zeros, tf.zeros([0], spec[k].row_splits_dtype)) if ragged[k] else zeros)
-        return batch
+    def push(self, arrays, batch) -> tuple:
+        return tuple(tf.raw_ops.TensorListPushBack(input_handle=a, tensor=p)
+                     for a, p in zip(arrays, self.parts(batch)))
 
-    def step(state, inputs):
-        count, arrays = state
-        end, batch = inputs
-        batch_parts = parts(batch)
-        arrays = tuple(tf.raw_ops.TensorListPushBack(input_handle=a, tensor=p)
-                       for a, p in zip(arrays, batch_parts))
-        # rows: the length of the first key's row lengths (ragged) or values (dense)
-        count += tf.shape(batch_parts[1 if ragged[keys[0]] else 0], out_type=tf.int64)[0]
-        ready = (count >= pool_size) | (end & (count > 0))
-        new_state = tf.cond(ready, lambda: (tf.constant(0, tf.int64), empty_arrays()),
-                            lambda: (count, arrays))
-        return new_state, (ready, arrays)
-
-    def assemble(ready, arrays):
-        del ready
+    def assemble(self, arrays) -> dict:
+        """The lists -> one pool: ragged keys int ``RaggedTensor [W, (T)]`` (int32 splits),
+        the other keys ``[W]``."""
         flat = [tf.raw_ops.TensorListConcatV2(
             input_handle=a, element_shape=[-1], leading_dims=tf.zeros([0], tf.int64),
-            element_dtype=d)[0] for a, d in zip(arrays, dtypes)]
+            element_dtype=d)[0] for a, d in zip(arrays, self.dtypes)]
         pool, i = {}, 0
-        for k in keys:
-            if ragged[k]:
+        for k in self.keys:
+            if self.ragged[k]:
                 pool[k] = tf.RaggedTensor.from_row_lengths(flat[i], flat[i + 1], validate=False)
                 i += 2
             else:
@@ -198,13 +192,8 @@ def _pool_batches(dataset: tf.data.Dataset, pool_size: int) -> tf.data.Dataset:
                 i += 1
         return pool
 
-    plain = tf.autograph.experimental.do_not_convert
-    tagged = dataset.map(plain(lambda batch: (tf.constant(False), batch)))
-    last = tf.data.Dataset.from_tensors((tf.constant(True), empty_batch()))
-    return (tagged.concatenate(last)
-            .scan((tf.constant(0, tf.int64), empty_arrays()), plain(step))
-            .filter(plain(lambda ready, arrays: ready))
-            .map(plain(assemble)))
+    def empty_pool(self) -> dict:
+        return self.assemble(self.empty())
 
 
 def _bucket_upper(lengths: tf.Tensor, boundaries, bucket_width, max_length) -> tf.Tensor:
@@ -284,6 +273,7 @@ def bucket_by_length(
     pad_to_boundary: bool = False,
     length_noise: float = 0.0,
     pool_size: int | None = None,
+    pool_tokens: int | None = None,
     shuffle: bool = True,
     seed: int | None = None,
     counter: DropCounter | None = None,
@@ -292,8 +282,9 @@ def bucket_by_length(
 
     See the module docstring for the algorithm and a worked example. Every example is emitted
     exactly once per pass, or dropped and counted under ``"too_long"``. Works on infinite
-    (repeated) datasets; memory is one pool of ``pool_size`` examples plus its batches.
-    Shuffle the examples upstream: a pool is ``pool_size`` consecutive examples of the stream.
+    (repeated) datasets and on the ``tf.data`` service. Memory: up to three pools (one
+    filling, one sorted and waiting, one being emitted) plus a carried tail of at most 8
+    budgets. Shuffle the examples upstream: a pool is a run of consecutive examples.
 
     Args:
       max_tokens: int, the budget of cells per batch: rows x padded length <= max_tokens for
@@ -316,9 +307,13 @@ def bucket_by_length(
       length_noise: float in [0, 1): each example is bucketed by ``length * (1 + u * noise)``,
         u uniform in [-1, 1), so examples of nearby lengths also meet in a batch. Budgets
         always use the true lengths.
-      pool_size: int, examples sorted together (a multiple of ``batch_multiple``). Larger
-        pools waste fewer steps and cost memory and start-up time. Defaults to 32768 (and at
-        least 64 batches with ``batch_size``).
+      pool_size: int, a pool closes once it holds this many examples (a multiple of
+        ``batch_multiple``). Defaults to 32768 (and at least 64 batches) with ``batch_size``,
+        and to no example cap with ``max_tokens``.
+      pool_tokens: int, a pool closes once it holds this many tokens. Defaults to
+        ``DEFAULT_POOL_BUDGETS * max_tokens`` when neither pool argument is given. Larger
+        pools sort closer to a global sort (fewer steps) and cost memory, start-up time and
+        some randomness of the batches.
       shuffle: bool, randomize the order inside a bucket and the order of a pool's batches.
         ``False`` keeps the input order inside a bucket and emits longest first.
       seed: int, makes the order deterministic (a new order each pass over the dataset, the
@@ -360,6 +355,7 @@ def bucket_by_length(
     check_positive_int("max_length", max_length, allow_none=True)
     check_positive_int("batch_multiple", batch_multiple)
     check_positive_int("pool_size", pool_size, allow_none=True)
+    check_positive_int("pool_tokens", pool_tokens, allow_none=True)
     if boundaries is not None and bucket_width is not None:
         raise ValueError(
             "Give at most one of boundaries and bucket_width; received "
@@ -390,14 +386,17 @@ def bucket_by_length(
         raise TypeError(f"length_noise must be a float; received length_noise={length_noise!r}")
     if not 0.0 <= length_noise < 1.0:
         raise ValueError(f"length_noise must be in [0, 1); received length_noise={length_noise!r}")
-    if pool_size is None:
-        pool_size = max(DEFAULT_POOL_SIZE, 64 * (batch_size or 0))
-        pool_size = -(-pool_size // batch_multiple) * batch_multiple
-    if pool_size % batch_multiple:
+    if pool_size is None and pool_tokens is None:
+        if max_tokens is not None:
+            pool_tokens = DEFAULT_POOL_BUDGETS * max_tokens
+        else:
+            pool_size = max(DEFAULT_POOL_SIZE, 64 * batch_size)
+            pool_size = -(-pool_size // batch_multiple) * batch_multiple
+    if pool_size is not None and pool_size % batch_multiple:
         raise ValueError(
             f"pool_size must be a multiple of batch_multiple={batch_multiple}; "
             f"received pool_size={pool_size}")
-    if batch_size is not None and pool_size < batch_size:
+    if batch_size is not None and pool_size is not None and pool_size < batch_size:
         raise ValueError(
             f"pool_size must be at least batch_size={batch_size}; received pool_size={pool_size}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -415,48 +414,120 @@ def bucket_by_length(
             return _bucket_upper(lengths, boundaries, bucket_width, max_length)
         return tf.maximum(lengths, 1)
 
+    def order_pool(lengths, pool_seed, keep):
+        """Sort and cut one pool.
+
+        Args:
+          lengths: int32 [W], each example's length; pool_seed: int64 scalar.
+          keep: bool [W] or None, false on the examples dropped as too long.
+
+        Returns:
+          (order int32 [K] indices of the kept examples in batch order, starts int32 [N],
+          sizes int32 [N]): the greedy cut of ``order``, in pool order (not yet shuffled).
+        """
+        seed_a = tf.stack([pool_seed, tf.constant(1, tf.int64)])
+        seed_b = tf.stack([pool_seed, tf.constant(2, tf.int64)])
+        order = tf.range(tf.size(lengths))
+        if shuffle:
+            order = tf.argsort(tf.random.stateless_uniform(tf.shape(lengths), seed=seed_a))
+        key = _sort_key(tf.gather(lengths, order), boundaries, bucket_width, length_noise,
+                        seed_b)
+        if keep is not None:  # dropped examples sort last (keys are >= 0) and are cut off
+            key = tf.where(tf.gather(keep, order), key, -1.0)
+        order = tf.gather(order, tf.argsort(key, direction="DESCENDING", stable=True))
+        if keep is not None:
+            order = order[:tf.reduce_sum(tf.cast(keep, tf.int32))]
+        starts, sizes = _cut(padded_length(tf.gather(lengths, order)), max_tokens,
+                             batch_size, batch_multiple, descending=sorted_by_length)
+        return order, starts, sizes
+
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
         dataset = _unwrap_flat_ragged(dataset)
         keys, batched = example_keys(dataset.element_spec, "bucket_by_length")
-        if batched:
-            pools = _pool_batches(dataset, pool_size)
-        else:
-            pools = dataset.ragged_batch(pool_size, row_splits_dtype=tf.int32)
-        if randomized:
+        if not batched:  # examples -> small ragged batches; one code path from here on
+            dataset = dataset.ragged_batch(_EXAMPLES_PER_CHUNK, row_splits_dtype=tf.int32)
+            dataset = dataset.map(lambda b: {k: (tf.RaggedTensor.from_tensor(
+                v, row_splits_dtype=tf.int32) if k in keys and not isinstance(
+                    v, tf.RaggedTensor) else v) for k, v in b.items()})
+        arrays = _PoolArrays(dataset.element_spec)
+        if randomized:  # one seed per input batch: new orders each pass over the data
             seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
-        else:
-            seeds = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
-        pools = tf.data.Dataset.zip(pools, seeds)
+            stream = mark_last(tf.data.Dataset.zip(dataset, seeds))
+        else:  # no second source to zip (on the tf.data service every source is split)
+            stream = mark_last(dataset.map(lambda b: (b, tf.constant(0, tf.int64))))
+        zero = tf.constant(0, tf.int64)
+        no_batches = tf.zeros([0], tf.int32)
 
-        def order_pool(pool, pool_seed):
-            pool = dict(pool)
-            for key in keys:
-                if not isinstance(pool[key], tf.RaggedTensor):
-                    pool[key] = tf.RaggedTensor.from_tensor(pool[key], row_splits_dtype=tf.int32)
+        def close_pool(lists, pool_seed, is_last):
+            """Sorts and cuts the full pool; emits its batches but the under-filled ones
+            (``choose_carried``), which start the next pool. At the end of the stream every
+            batch is emitted, the tail last. Returns (output, next state)."""
+            pool = arrays.assemble(lists)
             lengths = batch_lengths(pool, keys)
             keep = None
             if max_length is not None:  # one counter update per pool, not a call per example
                 keep = counter.keep_if({"too_long": lengths > max_length})
-            seed_a = tf.stack([pool_seed, tf.constant(1, tf.int64)])
-            seed_b = tf.stack([pool_seed, tf.constant(2, tf.int64)])
-            order = tf.range(tf.size(lengths))
-            if shuffle:
-                order = tf.argsort(tf.random.stateless_uniform(tf.shape(lengths), seed=seed_a))
-            key = _sort_key(tf.gather(lengths, order), boundaries, bucket_width, length_noise,
-                            seed_b)
-            if keep is not None:  # dropped examples sort last (keys are >= 0) and are cut off
-                key = tf.where(tf.gather(keep, order), key, -1.0)
-            order = tf.gather(order, tf.argsort(key, direction="DESCENDING", stable=True))
-            if keep is not None:
-                order = order[:tf.reduce_sum(tf.cast(keep, tf.int32))]
-            starts, sizes = _cut(padded_length(tf.gather(lengths, order)), max_tokens,
-                                 batch_size, batch_multiple, descending=sorted_by_length)
-            if shuffle:
-                batch_order = tf.argsort(
-                    tf.random.stateless_uniform(tf.shape(starts), seed=seed_a[::-1]))
+            order, starts, sizes = order_pool(lengths, pool_seed, keep)
+            batch_of = tf.repeat(tf.range(tf.size(starts)), sizes)  # [K] batch of each row
+            carry = choose_carried(tf.gather(lengths, order), batch_of, sizes)
+            carry &= tf.logical_not(is_last)
+            carried = tf.boolean_mask(order, tf.gather(carry, batch_of))
+            tail = {k: tf.gather(v, carried) for k, v in pool.items()}
+            tail_tokens = tf.reduce_sum(tf.cast(tf.maximum(tf.gather(lengths, carried), 1),
+                                                tf.int64))
+            state = (tf.size(carried, out_type=tf.int64), tail_tokens,
+                     arrays.push(arrays.empty(), tail))
+            emitted = tf.logical_not(carry)
+            if shuffle:  # random order; at the end of the stream the last batch comes last
+                last = tf.equal(tf.range(tf.size(starts)), tf.size(starts) - 1)
+                noise = tf.random.stateless_uniform(
+                    tf.shape(starts), seed=tf.stack([tf.constant(1, tf.int64), pool_seed]))
+                batch_order = tf.argsort(tf.where(last, 2.0, noise))
                 starts, sizes = tf.gather(starts, batch_order), tf.gather(sizes, batch_order)
-            # The pool stays in input order: each batch gathers its own rows (in parallel).
-            return pool, order, starts, sizes
+                emitted = tf.gather(emitted, batch_order)
+            starts, sizes = tf.boolean_mask(starts, emitted), tf.boolean_mask(sizes, emitted)
+            return (pool, order, starts, sizes), state
+
+        def choose_carried(ordered_lengths, batch_of, sizes):
+            """bool [N]: the batches that wait for the next pool instead of going out now.
+
+            The pool's last batch (the remainder of its shortest bucket) always waits, so
+            every batch but the stream's last is full and a multiple of ``batch_multiple``.
+            With a token budget, so do the batches that fill less than ``_CARRY_FILL`` of
+            their cells with real tokens (lengths too sparse in this pool to fill a batch
+            evenly), worst first, up to ``_CARRY_BUDGETS`` budgets of cells: with the next
+            pool's examples they sort into fuller batches.
+            """
+            num = tf.size(sizes)
+            last = tf.equal(tf.range(num), num - 1)
+            if max_tokens is None:
+                return last
+            width = tf.math.segment_max(padded_length(ordered_lengths), batch_of)
+            real = tf.math.segment_sum(ordered_lengths, batch_of)
+            cells = sizes * width
+            fill = tf.cast(real, tf.float32) / tf.cast(tf.maximum(cells, 1), tf.float32)
+            priority = tf.where(last, -1.0, tf.where(fill < _CARRY_FILL, fill, 2.0))
+            worst_first = tf.argsort(priority, stable=True)
+            within_cap = tf.cumsum(tf.gather(cells, worst_first)) <= _CARRY_BUDGETS * max_tokens
+            chosen = (tf.gather(priority, worst_first) < 2.0) & (
+                within_cap | tf.equal(tf.range(num), 0))
+            return tf.scatter_nd(worst_first[:, None], chosen, [num])
+
+        def step(state, inputs):
+            rows, tokens, lists = state
+            is_last, (batch, pool_seed) = inputs
+            lists = arrays.push(lists, batch)
+            lengths = batch_lengths(batch, keys)
+            rows += tf.size(lengths, out_type=tf.int64)
+            tokens += tf.reduce_sum(tf.cast(tf.maximum(lengths, 1), tf.int64))
+            ready = is_last | (tokens >= pool_tokens if pool_tokens else False)
+            if pool_size is not None:
+                ready |= rows >= pool_size
+            output, state = tf.cond(
+                ready, lambda: close_pool(lists, pool_seed, is_last),
+                lambda: ((arrays.empty_pool(), no_batches, no_batches, no_batches),
+                         (rows, tokens, lists)))
+            return state, output
 
         def split_pool(pool, order, starts, sizes):
             return tf.data.Dataset.zip(tf.data.Dataset.from_tensors((pool, order)).repeat(),
@@ -483,10 +554,13 @@ def bucket_by_length(
                     batch[k] = v
             return batch
 
-        # prefetch(1): the next pool is read, tokenized and sorted while this one's batches
-        # are consumed, so the pool boundary does not stall the input. Memory: up to three
-        # pools (the one being emitted, a sorted one waiting, one being gathered).
-        return (pools.map(order_pool).prefetch(1).flat_map(split_pool)
+        plain = tf.autograph.experimental.do_not_convert
+        # prefetch(1) after the pools: the next pool is read, tokenized and sorted while this
+        # one's batches are consumed. Memory: up to three pools (the one being emitted, a
+        # sorted one waiting, one filling) plus one carried tail.
+        return (stream.scan((zero, zero, arrays.empty()), plain(step))
+                .filter(plain(lambda pool, order, starts, sizes: tf.size(starts) > 0))
+                .prefetch(1).flat_map(split_pool)
                 .map(take, num_parallel_calls=tf.data.AUTOTUNE))
 
     return apply

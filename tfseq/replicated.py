@@ -56,11 +56,13 @@ def train_resumable(flags, pipeline, config, info, model, strategy, format_repor
         print(f"Resuming from {flags.model_dir}: epoch {int(trainer.epoch.numpy()) + 1}, "
               f"step {int(trainer.step_in_epoch.numpy())} of that epoch")
     chief = trainer.task_id == 0
+    num_workers = trainer.num_workers
     result = trainer.fit(flags.epochs, verbose=flags.verbose if chief else 0,
                          max_steps=flags.max_steps)
     report = {"task": flags.task, "config": dataclasses.asdict(config), "replicas": replicas,
               "data_service": None, "epochs": result.epochs_done, "steps": result.steps_done,
-              "interrupted": result.interrupted, "train_seconds": result.train_seconds,
+              "interrupted": result.interrupted, "chief": chief,
+              "workers": num_workers, "train_seconds": result.train_seconds,
               "real_tokens_per_second": 0.0,
               # per metric, one value per epoch (the shape of model.fit's history)
               "history": {k: [record[k] for record in result.history]

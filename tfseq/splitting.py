@@ -23,9 +23,9 @@ the remainder goes to the first parts; rows keep their order::
     part        0   0   0   1   1   1   2   2   3   3     -> sizes 3, 3, 2, 2
     tokens      part 0: 6   part 1: 15   part 2: 15   part 3: 19       max/mean 1.38
 
-Worked example, ``balance="tokens"``, the same batch: rows are ranked longest first and dealt
-in snake order (0 1 2 3 3 2 1 0 0 1 ...), so each part gets one of the longest rows and one of
-the shortest; sizes still differ by at most one and rows keep their order within a part::
+Worked example, ``balance="tokens"``, the same batch: rows are ranked longest first and each
+goes to the part holding the fewest tokens so far (ties: fewer rows, then the lower index);
+rows keep their order within a part::
 
     rank        0   1   2   3   4   5   6   7   8   9
     row         j   i   h   g   f   e   d   c   b   a
@@ -33,6 +33,12 @@ the shortest; sizes still differ by at most one and rows keep their order within
     part        0   1   2   3   3   2   1   0   0   1     -> part 0: b c j   part 1: a d i
                                                              part 2: e h     part 3: f g
     tokens      part 0: 15   part 1: 14   part 2: 13   part 3: 13          max/mean 1.09
+
+On a heavy tail the greedy deal gives parts different row counts, which equal counts cannot:
+lengths ``[90, 10, 10, 10, 10, 10, 10, 10]`` over 4 parts give part 0 the 90 alone and the
+seven tens to parts 1-3 (30, 20, 20 tokens; largest part 90, the optimum), where a snake
+deal of two rows per part puts 90 + 10 = 100 in part 0. With ``equal_rows=True`` the rows are
+dealt in snake order (0 1 2 3 3 2 1 0 0 1 ...) so sizes differ by at most one.
 
 Worked example, 2 rows over 4 parts (a padded batch, ``trim=False``): parts 2 and 3 get one
 dummy row each, so every replica steps and the loss is unchanged::
@@ -239,11 +245,36 @@ def _split_rows(value, sizes: tf.Tensor, num_splits: int) -> list:
     return tf.split(value, sizes, axis=0, num=num_splits)
 
 
+def _greedy_part_of_row(tokens: tf.Tensor, num_splits: int) -> tf.Tensor:
+    """int32 ``[B]``: the part of each row, longest row first to the part holding the fewest
+    tokens so far (ties: the fewest rows, then the lowest index), the classic longest-first
+    greedy partition. Its largest part is at most 4/3 of the optimum, and it follows a heavy
+    tail that equal row counts cannot. The first ``num_splits`` rows go to distinct parts, so
+    no part is empty when ``B >= num_splits``."""
+    order = tf.argsort(-tokens, stable=True)
+    ordered = tf.cast(tf.gather(tokens, order), tf.int64)
+    num_rows = tf.size(tokens)
+    scale = tf.cast(num_rows, tf.int64) + 1
+
+    def body(i, loads, counts, parts):
+        part = tf.argmin(loads * scale + counts, output_type=tf.int32)
+        hot = tf.one_hot(part, num_splits, dtype=tf.int64)
+        return i + 1, loads + hot * ordered[i], counts + hot, parts.write(i, part)
+
+    zeros = tf.zeros([num_splits], tf.int64)
+    _, _, _, parts = tf.while_loop(
+        lambda i, *_: i < num_rows, body,
+        (tf.constant(0), zeros, zeros, tf.TensorArray(tf.int32, size=num_rows)))
+    return tf.scatter_nd(order[:, None], parts.stack(), [num_rows])
+
+
 def _real_parts(part: dict, num_rows: tf.Tensor, num_splits: int, balance: str,
-                layout: _Layout) -> list[dict]:
-    """The rows of each part: consecutive slices, or snake-dealt rows gathered in order."""
+                layout: _Layout, equal_rows: bool = False) -> list[dict]:
+    """The rows of each part: consecutive slices, or rows dealt by tokens (greedily, or in
+    snake order for equal row counts) gathered in order."""
     if balance == "tokens":
-        part_of_row = _part_of_row(row_tokens(part, layout), num_splits)
+        deal = _part_of_row if equal_rows else _greedy_part_of_row
+        part_of_row = deal(row_tokens(part, layout), num_splits)
         order = tf.argsort(part_of_row, stable=True)  # by part, original order within
         sizes = tf.math.bincount(part_of_row, minlength=num_splits, maxlength=num_splits,
                                  dtype=tf.int32)
@@ -261,7 +292,7 @@ def _split(batch: dict, num_splits: int, balance: str, trim: bool, equal_rows: b
     part = dict(batch)
     part[WEIGHT_KEY] = (tf.ones([num_rows], tf.float32) if WEIGHT_KEY not in batch
                         else tf.cast(batch[WEIGHT_KEY], tf.float32))
-    parts = _real_parts(part, num_rows, num_splits, balance, layout)
+    parts = _real_parts(part, num_rows, num_splits, balance, layout, equal_rows)
     if trim:
         parts = [_trim(p, layout) for p in parts]
     if equal_rows:
@@ -292,7 +323,8 @@ def split_batch(num_splits: int, *, balance: str = "examples", trim: bool = Fals
       balance: ``"examples"``: part sizes differ by at most one, remainder rows on the first
         parts, rows in order (contiguous slices). ``"tokens"``: near-equal real-token counts
         per part (tokens summed over the sequence features): rows ranked by length, longest
-        first, and dealt in snake order, so sizes still differ by at most one.
+        first, each to the part with the fewest tokens so far (parts may differ in rows);
+        with ``equal_rows`` dealt in snake order instead, so sizes differ by at most one.
       trim: if true, each part's padded sequence features are cut to the part's own longest
         row (less padding per replica). Leave false to keep the incoming width, e.g. after
         ``pad_to_boundary``. Packed and ragged features are never changed.

@@ -7,6 +7,12 @@ bucketing and prefetch buffers) and any counters. Resuming from ``model_dir`` co
 mid-epoch with no example lost or repeated: the resumed epoch delivers exactly the batches the
 interrupted one had left, in the same order. Later epochs are reshuffled as usual.
 
+The training numbers of an epoch (the progress bar and ``history``) are means over the epoch's
+real examples: each step's loss and metrics are weighted by the sample weight summed over the
+batch (the real segments of a packed batch, the real tokens of an lm batch), or by the number of
+labels when there are no weights. ``train_on_batch`` alone reports the last batch only (it
+resets the metrics every call), which on a small last batch can read 0.000.
+
 Checkpoints are written every ``checkpoint_every`` steps, at each epoch end, and when SIGINT or
 SIGTERM arrives (the loop finishes the current step, saves, and returns ``interrupted=True``).
 """
@@ -31,6 +37,32 @@ class TrainResult:
     interrupted: bool
     history: list[dict]
     train_seconds: float  # wall time in this call, evaluation excluded
+
+
+def batch_weight(batch) -> float:
+    """The number of real examples a ``(features, labels[, weights])`` batch counts for: its
+    sample weights summed, or the number of label entries when it has none."""
+    if len(batch) > 2 and batch[2] is not None:
+        return float(sum(float(tf.reduce_sum(tf.cast(w, tf.float64)))
+                         for w in tf.nest.flatten(batch[2])))
+    labels = tf.nest.flatten(batch[1])
+    return float(tf.size(labels[0]).numpy()) if labels else 0.0
+
+
+class _EpochMeans:
+    """Running weighted means of the per-step logs over one epoch."""
+
+    def __init__(self):
+        self.sums, self.total = {}, 0.0
+
+    def add(self, logs: dict, weight: float) -> dict:
+        if weight > 0:
+            self.total += weight
+            for k, v in logs.items():
+                self.sums[k] = self.sums.get(k, 0.0) + v * weight
+        if not self.total:
+            return dict(logs)
+        return {k: v / self.total for k, v in self.sums.items()}
 
 
 class _SignalFlag:
@@ -142,6 +174,10 @@ class Trainer:
         """The next training batch; raises ``StopIteration`` at the end of the epoch."""
         return next(self._iterator)
 
+    def _batch_weight(self, batch) -> float:
+        """How many real examples ``batch`` counts for in the epoch means."""
+        return batch_weight(batch)
+
     def _train_step(self, batch) -> dict:
         """Trains on one batch and returns its logs as floats."""
         logs = self.model.train_on_batch(*batch, return_dict=True)
@@ -169,10 +205,14 @@ class Trainer:
             while int(self.epoch.numpy()) < epochs:
                 epoch = int(self.epoch.numpy())
                 target = int(self.last_epoch_steps.numpy()) or None
-                bar = keras.utils.Progbar(target, verbose=verbose, unit_name="step")
+                # The logs are already epoch means: shown as given (stateful), not re-averaged.
+                bar = keras.utils.Progbar(target, verbose=verbose, unit_name="step",
+                                          stateless_metrics=())
                 if verbose:
                     print(f"Epoch {epoch + 1}/{epochs}")
                 logs = {}
+                # After a resume the epoch's means cover the steps since the resume.
+                means = _EpochMeans()
                 while True:
                     if flag.raised or (max_steps is not None and steps_this_call >= max_steps):
                         path = self.save()
@@ -186,7 +226,7 @@ class Trainer:
                         break
                     if self.on_batch:
                         self.on_batch(batch)
-                    logs = self._train_step(batch)
+                    logs = means.add(self._train_step(batch), self._batch_weight(batch))
                     self.step_in_epoch.assign_add(1)
                     self.global_step.assign_add(1)
                     steps_this_call += 1
@@ -267,6 +307,9 @@ class ReplicaTrainer(Trainer):
         if not self.model_dir or self.task_id == 0:
             return super().checkpoint_dir
         return os.path.join(self.model_dir, "workers", str(self.task_id), "ckpt")
+
+    def _batch_weight(self, batch) -> float:
+        return sum(batch_weight(part) for part in batch)
 
     def _next_batch(self):
         try:

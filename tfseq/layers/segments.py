@@ -15,6 +15,7 @@ A padding query has no valid key; ``masked_softmax`` turns such a row into zeros
 
 from __future__ import annotations
 
+import keras
 import tensorflow as tf
 
 
@@ -67,3 +68,68 @@ def segment_mean(values: tf.Tensor, segment_ids: tf.Tensor, num_segments: int) -
     flat_values = tf.reshape(values, [-1, tf.shape(values)[2]])
     means = tf.math.unsorted_segment_mean(flat_values, flat_ids, batch * width)
     return tf.reshape(means, [batch, width, -1])[:, 1:]
+
+
+POOLING_MODES = ("mean", "max", "sum")
+
+
+@keras.saving.register_keras_serializable(package="tfseq")
+class SegmentPooling(keras.layers.Layer):
+    """Pools each packed segment: ``[B, T, D]`` + segment ids ``[B, T]`` -> ``[B, S, D]``.
+
+    A padded batch is a packed batch with one segment per row (``segment_ids = ids != 0``,
+    ``num_segments=1``), so the same layer pools both, with the same result per example.
+
+    Args:
+      num_segments: S, e.g. the packed batch's ``max_segments`` (the width of its ``[B, S]``
+        label table).
+      mode: ``"mean"``, ``"max"`` or ``"sum"`` over the segment's steps.
+      **kwargs: forwarded to ``keras.layers.Layer``.
+
+    Call arguments:
+      values: float ``[B, T, D]``.
+      segment_ids: int ``[B, T]``, 1-based, 0 on padding; ids above S are ignored.
+
+    Returns:
+      ``[B, S, D]``; all zeros for a segment the row does not hold (also for ``"max"``).
+
+    Raises:
+      ValueError: ``num_segments`` is not a positive int or ``mode`` is unknown.
+    """
+
+    def __init__(self, num_segments: int, mode: str = "mean", **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(num_segments, bool) or not isinstance(num_segments, int) \
+                or num_segments <= 0:
+            raise ValueError(f"num_segments must be a positive int; received {num_segments!r}")
+        if mode not in POOLING_MODES:
+            raise ValueError(f"mode must be one of {POOLING_MODES}; received mode={mode!r}")
+        self.num_segments = num_segments
+        self.mode = mode
+
+    def call(self, values, segment_ids):
+        values = tf.convert_to_tensor(values)
+        segment_ids = tf.cast(segment_ids, tf.int32)
+        width = self.num_segments + 1
+        segment_ids = tf.where(segment_ids > self.num_segments, 0, segment_ids)
+        batch = tf.shape(values)[0]
+        flat_ids = tf.reshape(segment_ids + tf.range(batch)[:, None] * width, [-1])
+        flat_values = tf.reshape(values, [-1, tf.shape(values)[2]])
+        reduce = {"mean": tf.math.unsorted_segment_mean, "max": tf.math.unsorted_segment_max,
+                  "sum": tf.math.unsorted_segment_sum}[self.mode]
+        pooled = reduce(flat_values, flat_ids, batch * width)
+        counts = tf.math.unsorted_segment_sum(tf.ones_like(flat_ids), flat_ids, batch * width)
+        # unsorted_segment_max gives the dtype's lowest value for an empty segment: zero it.
+        pooled = tf.where((counts > 0)[:, None], pooled, tf.zeros([], pooled.dtype))
+        out = tf.reshape(pooled, [batch, width, -1])[:, 1:]
+        out.set_shape([values.shape[0], self.num_segments, values.shape[-1]])
+        return out
+
+    def compute_output_shape(self, values_shape, segment_ids_shape):
+        return (values_shape[0], self.num_segments, values_shape[-1])
+
+    def compute_mask(self, *args, **kwargs):
+        return None
+
+    def get_config(self):
+        return {**super().get_config(), "num_segments": self.num_segments, "mode": self.mode}

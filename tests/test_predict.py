@@ -1,0 +1,134 @@
+"""scripts/predict.py: one output line per input line, in input order, bad lines counted."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from scripts.predict import predict_files  # noqa: E402
+
+WORDS = ["gen0", "gen1", "ps2", "rev3", "matt4", "isa1", "josh2", "stranger"]
+
+
+def read_output(path):
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    assert text.endswith("\n")
+    return text[:-1].split("\n")
+
+
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None)
+@given(counts=st.lists(st.integers(0, 16), min_size=1, max_size=90),
+       pool_size=st.integers(1, 40), max_tokens=st.integers(12, 80))
+def test_lm_outputs_one_line_per_input_line_in_order(tiny_exports, tmp_path_factory, counts,
+                                                     pool_size, max_tokens):
+    model_dir = tiny_exports["lm"][0]
+    tmp = tmp_path_factory.mktemp("predict")
+    lines = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(n))
+             for i, n in enumerate(counts)]
+    (tmp / "in.txt").write_text("\n".join(lines) + "\n")
+    report = predict_files(model_dir, [str(tmp / "in.txt")], str(tmp / "out.txt"),
+                           max_tokens=max_tokens, pool_size=pool_size, verbose=0)
+    out = [line.split("\t") for line in read_output(tmp / "out.txt")]
+    # max_length=10 words, plus </s>: the tokens column identifies each line.
+    assert [int(t) for _, t in out] == [min(n, 10) + 1 for n in counts]
+    served = tf.saved_model.load(os.path.join(model_dir, "export"))
+    expected = served.serve(tf.constant(lines))["log_likelihood"].numpy()
+    np.testing.assert_allclose([float(ll) for ll, _ in out], expected, atol=1e-4, rtol=1e-5)
+    assert report["lines"] == len(lines) and report["truncated"] == sum(n > 10 for n in counts)
+
+
+def test_tsv_gzip_header_bad_lines_get_empty_outputs_and_are_counted(tiny_exports, tmp_path):
+    model_dir = tiny_exports["classify"][0]
+    rows = [b"book\tchapter\tverse\ttext",  # header
+            b"Gen\t1\t1\tgen0 gen1 gen2",
+            b"broken line without tabs",
+            b"Rev\t1\t2\trev3 rev4",
+            b"Ps\t1\t3\t",  # no text
+            b"Ps\t1\t4\tps1 \xff\xfe",  # invalid UTF-8
+            b"Isa\t1\t5\tisa0\x00isa1",  # NUL byte
+            b"Matt\t1\t6\tmatt1 matt2 matt3"]
+    with gzip.open(tmp_path / "in.tsv.gz", "wb") as f:
+        f.write(b"\r\n".join(rows) + b"\r\n")
+    report = predict_files(model_dir, [str(tmp_path / "in.tsv.gz")], str(tmp_path / "out.txt"),
+                           header=True, max_tokens=64, pool_size=4, verbose=0)
+    out = read_output(tmp_path / "out.txt")
+    assert len(out) == 7
+    assert [i for i, line in enumerate(out) if line == ""] == [1, 3, 4, 5]
+    served = tf.saved_model.load(os.path.join(model_dir, "export"))
+    expected = served.serve(tf.constant(["gen0 gen1 gen2", "rev3 rev4", "matt1 matt2 matt3"]))
+    labels = [s.decode() for s in expected["label"].numpy()]
+    best = expected["probabilities"].numpy().max(axis=1)
+    for line, label, p in zip([out[0], out[2], out[6]], labels, best):
+        got_label, got_p = line.split("\t")
+        assert got_label == label and abs(float(got_p) - p) < 1e-5
+    assert (report["lines"], report["malformed"], report["empty"], report["invalid_utf8"],
+            report["nul_byte"]) == (7, 1, 1, 1, 1)
+    assert report["first_unusable"] == ["line 2: malformed", "line 4: empty",
+                                        "line 5: invalid_utf8", "line 6: nul_byte"]
+
+
+def test_plain_padded_batches_give_the_same_output(tiny_exports, tmp_path):
+    model_dir = tiny_exports["classify"][0]
+    lines = [" ".join(WORDS[j % 8] for j in range(i % 13)) for i in range(40)]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    outputs = []
+    for batching in ("bucket", "pad"):
+        predict_files(model_dir, [str(tmp_path / "in.txt")], str(tmp_path / batching),
+                      batching=batching, max_tokens=48, pool_size=16, verbose=0)
+        outputs.append([line.split("\t") for line in read_output(tmp_path / batching)])
+    assert len(outputs[0]) == 40 and [o[0] for o in outputs[0]] == [o[0] for o in outputs[1]]
+    np.testing.assert_allclose([float(o[1]) for o in outputs[0] if len(o) == 2],
+                               [float(o[1]) for o in outputs[1] if len(o) == 2], atol=1e-5)
+
+
+def test_bad_arguments_name_the_problem(tiny_exports, tmp_path):
+    model_dir = tiny_exports["classify"][0]
+    (tmp_path / "in.tsv").write_text("a\tb\n")
+    with pytest.raises(ValueError, match="--columns=label,body has no 'text' field"):
+        predict_files(model_dir, [str(tmp_path / "in.tsv")], str(tmp_path / "o"),
+                      columns=["label", "body"], verbose=0)
+    with pytest.raises(ValueError, match="--max_tokens=8 cannot hold one line"):
+        predict_files(model_dir, [str(tmp_path / "in.tsv")], str(tmp_path / "o"),
+                      max_tokens=8, verbose=0)
+    with pytest.raises(FileNotFoundError, match="No file matches"):
+        predict_files(model_dir, [str(tmp_path / "missing*.txt")], str(tmp_path / "o"),
+                      verbose=0)
+    with pytest.raises(FileNotFoundError, match="run scripts/export.py"):
+        predict_files(str(tmp_path), [str(tmp_path / "in.tsv")], str(tmp_path / "o"))
+
+
+@pytest.mark.slow
+def test_binary_writes_output_and_report_and_fails_cleanly(tiny_exports, tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    (tmp_path / "in.txt").write_text("gen0 gen1\n\nrev3\n")
+    script = os.path.join(ROOT, "scripts", "predict.py")
+    out = subprocess.run(
+        [sys.executable, script, f"--model_dir={tiny_exports['classify'][0]}",
+         f"--files={tmp_path / 'in.txt'}", f"--output={tmp_path / 'out.txt'}",
+         f"--report_json={tmp_path / 'report.json'}"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "lines/s" in out.stdout and "real tokens/s" in out.stdout
+    assert len(read_output(tmp_path / "out.txt")) == 3
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["lines"], report["empty"]) == (3, 1)
+
+    out = subprocess.run(
+        [sys.executable, script, f"--model_dir={tmp_path}", f"--files={tmp_path / 'in.txt'}",
+         f"--output={tmp_path / 'out2.txt'}"], capture_output=True, text=True, env=env,
+        timeout=300)
+    assert out.returncode != 0
+    assert "run scripts/export.py" in out.stderr and "Traceback" not in out.stderr
