@@ -263,7 +263,8 @@ def train_replicas(pipeline, model_module, config, strategy) -> None:
         from tfseq.replicated import train_resumable
         report = train_resumable(FLAGS, pipeline, config, info, model, strategy,
                                  format_report, _counter_vars)
-        if FLAGS.export and report.get("chief", True) and not report["interrupted"]:
+        # Not with several workers: saving mirrored variables there is collective (untested).
+        if FLAGS.export and report["workers"] == 1 and not report["interrupted"]:
             from scripts.export import export_run
             export_run(FLAGS.model_dir, FLAGS.task, config, model, info)
         return None
