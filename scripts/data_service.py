@@ -1,15 +1,30 @@
-"""Starts a tf.data service dispatcher or worker and blocks until killed.
+r"""Starts a tf.data service dispatcher or worker and blocks until killed.
 
 A tf.data service moves input preprocessing off the training machine: one dispatcher hands
 out work, any number of workers run the input pipeline, and the trainer reads the results
 (``tfseq.use_data_service``, ``train.py --data_service=grpc://host:port``).
 
+TRUST MODEL -- read before starting a server. The tf.data service has no authentication and
+no encryption, and TensorFlow 2.21 cannot bind it to one interface: the port listens on EVERY
+interface of the machine (``*:PORT``). Anyone who can reach the port can register a dataset
+graph, which runs on the workers with their user's rights (it can read any file that user can
+read, e.g. ``TextLineDataset("/home/me/.ssh/id_rsa")``) and fetch the results, and can read
+the training data in flight. Run it only on a trusted network: a private subnet, or a
+firewall that admits only the training machines (e.g. ``ufw allow from 10.0.0.0/24 to any
+port 5050``; ``iptables -A INPUT -p tcp --dport 5050 ! -s 127.0.0.1 -j DROP`` for one
+machine), or an SSH tunnel (``ssh -N -L 5050:localhost:5050 data-host``). This script
+therefore refuses to start until you pass ``--trusted_network`` to say the port is
+firewalled or on a trusted network; it logs the addresses it listens on.
+
 Usage:
   # a dispatcher on port 5050 (fault tolerant when --work_dir is given)
-  python scripts/data_service.py --role=dispatcher --port=5050 --work_dir=/tmp/tfdata
+  python scripts/data_service.py --role=dispatcher --port=5050 --work_dir=/tmp/tfdata \
+      --trusted_network
   # two workers on the same host
-  python scripts/data_service.py --role=worker --dispatcher_address=localhost:5050 --port=5051
-  python scripts/data_service.py --role=worker --dispatcher_address=localhost:5050 --port=5052
+  python scripts/data_service.py --role=worker --dispatcher_address=localhost:5050 --port=5051 \
+      --trusted_network
+  python scripts/data_service.py --role=worker --dispatcher_address=localhost:5050 --port=5052 \
+      --trusted_network
 
 Workers import tfseq (and tensorflow_text), so pipelines that use its ops run on them.
 """
@@ -17,8 +32,16 @@ Workers import tfseq (and tensorflow_text), so pipelines that use its ops run on
 from __future__ import annotations
 
 import os
+import sys
 
 from absl import app, flags, logging
+
+TRUST_MODEL = (
+    "The tf.data service is UNAUTHENTICATED and UNENCRYPTED and listens on every interface "
+    "(TensorFlow has no bind-address option): anyone who can reach the port can run a dataset "
+    "graph on the workers (reading any file their user can read) and read the data in flight. "
+    "Use it only behind a firewall, on a private subnet, or through an SSH tunnel, and pass "
+    "--trusted_network to acknowledge this.")
 
 flags.DEFINE_enum("role", "dispatcher", ["dispatcher", "worker"], "Which server to start.")
 flags.DEFINE_integer("port", 0, "Port to listen on; 0 picks a free port (logged).")
@@ -31,6 +54,9 @@ flags.DEFINE_string("work_dir", None,
                     "Dispatcher: directory for its journal; makes it fault tolerant (a restart "
                     "recovers its state).")
 flags.DEFINE_string("protocol", "grpc", "Transport protocol.")
+flags.DEFINE_boolean("trusted_network", False,
+                     "Required: acknowledges that the port is open on every interface with no "
+                     "authentication. " + TRUST_MODEL)
 
 FLAGS = flags.FLAGS
 
@@ -38,7 +64,10 @@ FLAGS = flags.FLAGS
 def start_server(role: str, port: int = 0, dispatcher_address: str | None = None,
                  worker_address: str | None = None, work_dir: str | None = None,
                  protocol: str = "grpc"):
-    """Starts a dispatcher or worker server (already serving) and returns it."""
+    """Starts a dispatcher or worker server (already serving) and returns it.
+
+    The server listens on every interface with no authentication (see the module docstring).
+    """
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers its ops for pipelines run on workers)
 
@@ -61,13 +90,21 @@ def start_server(role: str, port: int = 0, dispatcher_address: str | None = None
 
 def main(argv):
     del argv
+    if not FLAGS.trusted_network:
+        logging.error("Refusing to start: %s", TRUST_MODEL)
+        sys.exit(2)
     server = start_server(FLAGS.role, FLAGS.port, FLAGS.dispatcher_address,
                           FLAGS.worker_address, FLAGS.work_dir, FLAGS.protocol)
     if FLAGS.role == "dispatcher":
-        logging.info("tf.data service dispatcher serving at %s", server.target)
+        port = int(server.target.rsplit(":", 1)[1])
+        logging.warning("tf.data service dispatcher listening on 0.0.0.0:%d and [::]:%d (all "
+                        "interfaces), UNAUTHENTICATED; clients use %s", port, port, server.target)
     else:
-        logging.info("tf.data service worker on %s, dispatcher %s",
-                     server._address, FLAGS.dispatcher_address)  # pylint: disable=protected-access
+        port = int(server._address.rsplit(":", 1)[1])  # pylint: disable=protected-access
+        logging.warning("tf.data service worker listening on 0.0.0.0:%d and [::]:%d (all "
+                        "interfaces), UNAUTHENTICATED; advertised as %s; dispatcher %s", port,
+                        port, server._address, FLAGS.dispatcher_address)  # pylint: disable=protected-access
+    sys.stderr.flush()
     server.join()
 
 

@@ -71,6 +71,10 @@ flags.DEFINE_integer("max_steps", None, "Stop after this many steps in this run 
 flags.DEFINE_integer("checkpoint_every", 200, "Checkpoint every N steps (0: epoch ends only).")
 flags.DEFINE_boolean("mixed_precision", False, "Train with the mixed_float16 policy.")
 flags.DEFINE_integer("num_replicas", 1, "Replicas (GPUs, or logical CPUs without a GPU).")
+flags.DEFINE_enum("strategy", "mirrored", ["mirrored", "multi_worker"],
+                  "mirrored: --num_replicas on this machine. multi_worker: "
+                  "MultiWorkerMirroredStrategy over the workers in TF_CONFIG (one process per "
+                  "worker; the chief, index 0, writes checkpoints, logs and the report).")
 flags.DEFINE_string("data_service", None, "tf.data service address, e.g. grpc://localhost:5000.")
 flags.DEFINE_integer("tbptt", None, "Truncated-BPTT chunk length (task lm).")
 flags.DEFINE_integer("verbose", 1, "0: quiet; 1: progress bar and report; 2: also INFO logs.")
@@ -206,7 +210,8 @@ def main(argv):
     if FLAGS.max_tokens is not None and FLAGS.max_tokens <= 0:
         raise app.UsageError(f"--max_tokens must be a positive number of tokens per batch; "
                              f"received {FLAGS.max_tokens}")
-    distributed = FLAGS.num_replicas > 1 or FLAGS.data_service
+    multi_worker = FLAGS.strategy == "multi_worker"
+    distributed = FLAGS.num_replicas > 1 or FLAGS.data_service or multi_worker
     if distributed and not hasattr(pipeline, "replica_dataset_fn"):
         raise app.UsageError(f"--num_replicas/--data_service are not supported by --task={FLAGS.task} "
                              "(supported: " + ", ".join(
@@ -219,8 +224,12 @@ def main(argv):
         # Before any other TensorFlow op: logical CPU devices must be set up first.
         import tfseq
 
-        return train_replicas(pipeline, model_module, config,
-                              tfseq.mirrored_strategy(FLAGS.num_replicas))
+        if multi_worker:
+            from tfseq.replicated import multi_worker_strategy
+            strategy = multi_worker_strategy()
+        else:
+            strategy = tfseq.mirrored_strategy(FLAGS.num_replicas)
+        return train_replicas(pipeline, model_module, config, strategy)
     logging.info("config: %s", config)
 
     train_ds, eval_ds, info = input_datasets(pipeline, config)
@@ -325,16 +334,27 @@ def add_drop_examples(report: dict, info: dict, limit: int = 5) -> None:
 
 
 def train_replicas(pipeline, model_module, config, strategy) -> None:
-    """``model.fit`` on ``strategy`` with in-graph split batches (never an empty replica).
+    """Trains on ``strategy`` with in-graph split batches (never an empty replica).
 
-    The distributed iterator cannot be checkpointed, so these runs save the weights at each
-    epoch end (``model_dir/weights.weights.h5``) but resume only at epoch boundaries.
+    Without ``--data_service``: ``tfseq.training.ReplicaTrainer`` (one checkpointed iterator,
+    resumable mid-epoch exactly once, like single-replica runs). With it: ``model.fit`` on the
+    service's dataset, which saves the weights at each epoch end
+    (``model_dir/weights.weights.h5``) but resumes only at epoch boundaries.
     """
     import keras
 
     train_ds, eval_ds, info = input_datasets(pipeline, config)
     with strategy.scope():
         model = model_module.build_model(config, info)
+    if not FLAGS.data_service:
+        from tfseq.replicated import train_resumable
+        report = train_resumable(FLAGS, pipeline, config, info, model, strategy,
+                                 format_report, _counter_vars)
+        # Not with several workers: saving mirrored variables there is collective (untested).
+        if FLAGS.export and report["workers"] == 1 and not report["interrupted"]:
+            from scripts.export import export_run
+            export_run(FLAGS.model_dir, FLAGS.task, config, model, info)
+        return None
     dist = strategy.distribute_datasets_from_function(
         pipeline.replica_dataset_fn(config, info, strategy.num_replicas_in_sync,
                                     data_service=FLAGS.data_service))

@@ -51,10 +51,13 @@ real tokens.
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from typing import Any, Callable, Mapping
 
 import keras
 import tensorflow as tf
+from absl import logging
 
 from tfseq._common import Transform, check_positive_int
 from tfseq.splitting import split_batch
@@ -311,9 +314,42 @@ def _times(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     return a * b
 
 
+_WARNED_NON_LOOPBACK: set = set()
+
+
+def _host_port(service: str) -> tuple[str, int]:
+    """``("host", port)`` of ``"grpc://host:port"`` (IPv6 hosts in brackets)."""
+    address = service.split("://", 1)[1]
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"service must look like 'grpc://host:port'; received service={service!r}")
+    return host.strip("[]"), int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _probe(service: str, host: str, port: int, timeout: float) -> None:
+    """Raises ``ConnectionError`` naming ``service`` unless it accepts a TCP connection."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as error:
+        raise ConnectionError(
+            f"No tf.data service dispatcher reachable at {service} ({error}); start one with "
+            "scripts/data_service.py or fix the address.") from error
+
+
 def use_data_service(dataset: tf.data.Dataset, service: str, *,
                      processing_mode: str = "distributed_epoch",
-                     job_name: str | None = None) -> tf.data.Dataset:
+                     job_name: str | None = None,
+                     probe_timeout: float = 20.0) -> tf.data.Dataset:
     """Runs ``dataset`` on a tf.data service and returns the dataset its consumer reads.
 
     Everything already applied to ``dataset`` runs on the service's workers; what is applied
@@ -329,13 +365,21 @@ def use_data_service(dataset: tf.data.Dataset, service: str, *,
       processing_mode: ``"distributed_epoch"`` or ``"parallel_epochs"``.
       job_name: consumers with the same job name share one job (their elements are
         disjoint under ``distributed_epoch``); ``None`` gives this consumer its own job.
+      probe_timeout: seconds to wait for a TCP connection to the dispatcher before failing.
+        TensorFlow's client retries an unreachable dispatcher forever, so tfseq checks the
+        address first (only that it accepts connections: a dispatcher that dies later still
+        makes the reader wait).
 
     Returns:
       The dataset read from the service, with ``dataset``'s element_spec.
 
+    The service is unauthenticated and unencrypted: an address that is not a loopback one
+    logs a warning once (see the trust model in docs/splitting.md).
+
     Raises:
       TypeError: ``dataset`` is not a Dataset, or ``service``/``job_name`` not a str.
       ValueError: ``service`` has no ``protocol://``, or ``processing_mode`` is unknown.
+      ConnectionError: nothing accepts connections at ``service`` within ``probe_timeout``.
     """
     if not isinstance(dataset, tf.data.Dataset):
         raise TypeError(f"dataset must be a tf.data.Dataset; received {dataset!r}")
@@ -348,6 +392,15 @@ def use_data_service(dataset: tf.data.Dataset, service: str, *,
                          f"{list(PROCESSING_MODES)}. Received: processing_mode={processing_mode!r}")
     if job_name is not None and not isinstance(job_name, str):
         raise TypeError(f"job_name must be a str or None; received job_name={job_name!r}")
+    host, port = _host_port(service)
+    if not _is_loopback(host) and service not in _WARNED_NON_LOOPBACK:
+        _WARNED_NON_LOOPBACK.add(service)
+        logging.warning(
+            "tf.data service %s is not a loopback address: the service is unauthenticated and "
+            "unencrypted, so anyone on that network can read this training data and run "
+            "dataset graphs on the workers. Use it only on a trusted network (firewall, private "
+            "subnet or SSH tunnel; see docs/splitting.md).", service)
+    _probe(service, host, port, probe_timeout)
     return dataset.apply(tf.data.experimental.service.distribute(
         processing_mode=processing_mode, service=service, job_name=job_name))
 

@@ -170,6 +170,19 @@ class Trainer:
                      int(self.epoch.numpy()), int(self.step_in_epoch.numpy()))
         return True
 
+    def _next_batch(self):
+        """The next training batch; raises ``StopIteration`` at the end of the epoch."""
+        return next(self._iterator)
+
+    def _batch_weight(self, batch) -> float:
+        """How many real examples ``batch`` counts for in the epoch means."""
+        return batch_weight(batch)
+
+    def _train_step(self, batch) -> dict:
+        """Trains on one batch and returns its logs as floats."""
+        logs = self.model.train_on_batch(*batch, return_dict=True)
+        return {k: float(v) for k, v in logs.items()}
+
     # -- the loop ------------------------------------------------------------------------
     def fit(self, epochs: int, *, verbose: int = 1, eval_fn: Callable | None = None,
             max_steps: int | None = None) -> TrainResult:
@@ -208,14 +221,12 @@ class Trainer:
                         return TrainResult(epoch, int(self.global_step.numpy()), True, history,
                                            time.perf_counter() - start)
                     try:
-                        batch = next(self._iterator)
+                        batch = self._next_batch()
                     except StopIteration:
                         break
                     if self.on_batch:
                         self.on_batch(batch)
-                    step_logs = self.model.train_on_batch(*batch, return_dict=True)
-                    logs = means.add({k: float(v) for k, v in step_logs.items()},
-                                     batch_weight(batch))
+                    logs = means.add(self._train_step(batch), self._batch_weight(batch))
                     self.step_in_epoch.assign_add(1)
                     self.global_step.assign_add(1)
                     steps_this_call += 1
@@ -240,3 +251,129 @@ class Trainer:
                 self.save()
         return TrainResult(int(self.epoch.numpy()), int(self.global_step.numpy()), False, history,
                            time.perf_counter() - start)
+
+
+class ReplicaTrainer(Trainer):
+    """``Trainer`` for several replicas, with the same exactly-once mid-epoch resume.
+
+    A ``tf.distribute`` iterator cannot be checkpointed, so this trainer never makes one. It
+    owns ONE ordinary iterator over ``parts_ds``, the dataset ``tfseq.replica_dataset_fn``
+    builds (the parts of every split global batch, one after another), takes
+    ``num_replicas`` consecutive parts per step and hands part ``i`` to replica ``i``
+    (``strategy.experimental_distribute_values_from_function``); ``strategy.run`` then runs
+    the model's own ``train_step`` on every replica (the optimizer all-reduces the gradients;
+    compile with ``tfseq.GlobalWeightedLoss`` so the update equals the single-device one). The
+    iterator, with its shuffle and bucketing/packing buffers, sits in the checkpoint, and a
+    checkpoint is written only between steps, so a resumed epoch delivers exactly the parts
+    the interrupted one had left.
+
+    Several workers (``MultiWorkerMirroredStrategy``): each worker runs this trainer on its own
+    shard; before every step the workers all-reduce whether they still have data, a worker
+    whose shard ended feeds copies of its last parts with weight 0 (no effect on the update)
+    until every shard has ended, so all workers take the same number of steps per epoch. Each
+    worker checkpoints its own iterator: the chief to ``model_dir/ckpt``, worker ``i`` to
+    ``model_dir/workers/i/ckpt``.
+
+    Args:
+      model: a Keras model built and compiled inside ``strategy.scope()``.
+      strategy: ``tfseq.mirrored_strategy(n)``, or a ``MultiWorkerMirroredStrategy``.
+      parts_ds: ``(x, y)`` or ``(x, y, sample_weight)`` parts, one per LOCAL replica per step,
+        in replica order: ``replica_dataset_fn(...)(trainer_input_context(strategy))``.
+      **kwargs: as for ``Trainer`` (``model_dir``, ``checkpoint_every``, ``trackables``,
+        ``on_step``; ``on_batch`` receives the tuple of parts of one step).
+    """
+
+    def __init__(self, model: keras.Model, strategy: tf.distribute.Strategy,
+                 parts_ds: tf.data.Dataset, **kwargs):
+        super().__init__(model, parts_ds, **kwargs)
+        self.strategy = strategy
+        self.num_replicas = strategy.num_replicas_in_sync
+        self.num_local = len(strategy.extended.worker_devices)
+        self.num_workers = self.num_replicas // self.num_local
+        self.task_id = _task_id(strategy)
+        self._last_parts = None
+        with strategy.scope():
+            model.optimizer.build(model.trainable_variables)
+
+        @tf.function(reduce_retracing=True)
+        def step(per_replica):
+            return strategy.run(model.train_step, args=(per_replica,))
+
+        self._step = step
+        self._variables_created = False
+
+    @property
+    def checkpoint_dir(self) -> str | None:
+        if not self.model_dir or self.task_id == 0:
+            return super().checkpoint_dir
+        return os.path.join(self.model_dir, "workers", str(self.task_id), "ckpt")
+
+    def _batch_weight(self, batch) -> float:
+        return sum(batch_weight(part) for part in batch)
+
+    def _next_batch(self):
+        try:
+            parts = self._next_local_parts()
+        except StopIteration:
+            parts = None
+        if self.num_workers == 1:
+            if parts is None:
+                raise StopIteration
+            return parts
+        flags = self.strategy.experimental_distribute_values_from_function(
+            lambda context: tf.constant(0 if parts is None else 1, tf.int32))
+        if int(self.strategy.reduce(tf.distribute.ReduceOp.SUM, flags, axis=None)) == 0:
+            raise StopIteration  # every worker's shard has ended
+        if parts is None:
+            if self._last_parts is None:
+                raise ValueError(f"worker {self.task_id} has no data at all in this epoch")
+            parts = tuple(_zero_weight(p) for p in self._last_parts)
+        self._last_parts = parts
+        return parts
+
+    def _next_local_parts(self):
+        first = next(self._iterator)  # StopIteration here: the epoch ended at a step boundary
+        parts = [first]
+        for i in range(1, self.num_local):
+            try:
+                parts.append(next(self._iterator))
+            except StopIteration:
+                raise ValueError(f"parts_ds ended after part {i} of a step of "
+                                 f"{self.num_local}: it must emit whole steps (build it "
+                                 "with tfseq.replica_dataset_fn for this many replicas)") from None
+        return tuple(parts)
+
+    def _train_step(self, batch) -> dict:
+        per_replica = self.strategy.experimental_distribute_values_from_function(
+            lambda context: batch[context.replica_id_in_sync_group % self.num_local])
+        if not self._variables_created:
+            # The first step runs eagerly: Keras creates its metric variables there, which a
+            # tf.function with relaxed shapes cannot do.
+            logs = self.strategy.run(self.model.train_step, args=(per_replica,))
+            self._variables_created = True
+        else:
+            logs = self._step(per_replica)
+        # Keras metrics are synchronised variables: every replica reports the same value.
+        return {k: float(self.strategy.experimental_local_results(v)[0])
+                for k, v in logs.items()}
+
+
+def _task_id(strategy: tf.distribute.Strategy) -> int:
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return int(getattr(resolver, "task_id", 0) or 0) if resolver is not None else 0
+
+
+def _zero_weight(part):
+    """``part`` ``(x, y, w)`` with every sample weight 0 (a dummy step's input)."""
+    if not isinstance(part, tuple) or len(part) != 3:
+        raise ValueError("multi-worker parts need a sample weight: (x, y, weight) tuples")
+    x, y, w = part
+    return x, y, tf.nest.map_structure(tf.zeros_like, w)
+
+
+def trainer_input_context(strategy: tf.distribute.Strategy) -> tf.distribute.InputContext:
+    """The ``InputContext`` of this worker, for ``replica_dataset_fn(...)(context)``."""
+    local = len(strategy.extended.worker_devices)
+    return tf.distribute.InputContext(
+        num_input_pipelines=strategy.num_replicas_in_sync // local,
+        input_pipeline_id=_task_id(strategy), num_replicas_in_sync=strategy.num_replicas_in_sync)
