@@ -218,10 +218,15 @@ def _shuffled_lines(patterns, *, compression, seed, num_parallel_reads, num_shar
 
     files = resolve_files(patterns)
     kinds = [_compression_for(f, compression) for f in files]
+    if verify:
+        for path, kind in zip(files, kinds):
+            if kind == "GZIP":
+                verify_gzip(path)
     read_batch = batch_size or _SHUFFLE_READ_BATCH
-    def make_batches():
+
+    def make_batches():  # called once per shard per epoch, inside the graph
         return text_lines(files, compression=compression, num_parallel_reads=num_parallel_reads,
-                          num_shards=num_shards, shard_index=shard_index, verify=verify,
+                          num_shards=num_shards, shard_index=shard_index, verify=False,
                           buffer_size=buffer_size, batch_size=read_batch)
 
     k = shuffling.num_shuffle_shards(files, kinds, shuffle_shard_bytes)

@@ -89,8 +89,8 @@ def _shard_batches(make_batches, batch_size: int, num_shards: int, seed: int):
     def permute(lines, shuffle_seed):
         lines = tf.random.experimental.stateless_shuffle(lines, seed=shuffle_seed)
         n = tf.size(lines, out_type=tf.int64)
-        rows = tf.RaggedTensor.from_row_starts(lines, tf.range(0, n, batch_size, tf.int64))
-        return tf.data.Dataset.from_tensor_slices(rows)
+        return tf.data.Dataset.range(0, n, batch_size).map(
+            lambda start: lines[start:start + batch_size])
 
     def shard_batches(k, shuffle_seed):
         batches = make_batches().enumerate()
