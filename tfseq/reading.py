@@ -222,19 +222,19 @@ def _shuffled_lines(patterns, *, compression, seed, num_parallel_reads, num_shar
         for path, kind in zip(files, kinds):
             if kind == "GZIP":
                 verify_gzip(path)
-    read_batch = batch_size or _SHUFFLE_READ_BATCH
 
     def make_batches():  # called once per shard per epoch, inside the graph
         return text_lines(files, compression=compression, num_parallel_reads=num_parallel_reads,
                           num_shards=num_shards, shard_index=shard_index, verify=False,
-                          buffer_size=buffer_size, batch_size=read_batch)
+                          buffer_size=buffer_size, batch_size=_SHUFFLE_READ_BATCH)
 
     k = shuffling.num_shuffle_shards(files, kinds, shuffle_shard_bytes)
-    out = shuffling.shard_shuffle(make_batches, batch_size=read_batch, num_shards=k, seed=seed)
+    out = shuffling.shard_shuffle(make_batches, batch_size=batch_size or _SHUFFLE_READ_BATCH,
+                                  num_shards=k, seed=seed)
     return out if batch_size else out.unbatch()
 
 
-_SHUFFLE_READ_BATCH = 1024
+_SHUFFLE_READ_BATCH = 8192  # lines per read batch inside the shuffle
 
 
 def _strip_bom(line: tf.Tensor) -> tf.Tensor:
