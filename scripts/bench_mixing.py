@@ -37,6 +37,8 @@ flags.DEFINE_integer("max_tokens", 4096, "Token budget per batch (bucket, pack).
 flags.DEFINE_integer("read_batch", 512, "text_lines batch_size.")
 flags.DEFINE_integer("repeats", 2, "Timed epochs per feed (the best is reported).")
 flags.DEFINE_list("schemes", ["bucket", "pack", "pad"], "Batching schemes.")
+flags.DEFINE_integer("shuffle_shard_bytes", 64 << 20, "text_lines shuffle_shard_bytes (K = "
+                     "file bytes / this, rounded up).")
 flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 
 
@@ -64,7 +66,8 @@ def pipeline(path, vocab, scheme, shuffle):
 
     import tfseq
 
-    kwargs = {"shuffle_lines": True, "seed": 0} if shuffle else {}
+    kwargs = {"shuffle_lines": True, "seed": 0,
+                                 "shuffle_shard_bytes": FLAGS.shuffle_shard_bytes} if shuffle else {}
     ds = tfseq.text_lines(path, batch_size=FLAGS.read_batch, **kwargs)
 
     def split(lines):

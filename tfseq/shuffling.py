@@ -75,7 +75,8 @@ def shard_shuffle(make_batches, *, batch_size: int, num_shards: int,
     # Two int64 per shard per epoch: a new permutation every epoch, the same for the same seed.
     seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
     return tf.data.Dataset.zip((shards, seeds)).interleave(
-        _shard_batches(make_batches, batch_size, num_shards, seed), cycle_length=1)
+        _shard_batches(make_batches, batch_size, num_shards, seed), cycle_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)  # reads ahead the next shard
 
 
 def _shard_batches(make_batches, batch_size: int, num_shards: int, seed: int):
