@@ -18,5 +18,6 @@ setup(
     extras_require={
         "test": ["pytest", "hypothesis"],
         "profile": ["tensorboard-plugin-profile"],
+        "plot": ["matplotlib"],
     },
 )
