@@ -19,5 +19,6 @@ setup(
     extras_require={
         "test": ["pytest", "hypothesis"],
         "profile": ["tensorboard-plugin-profile"],
+        "plot": ["matplotlib"],
     },
 )

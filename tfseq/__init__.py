@@ -9,6 +9,7 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # --- foundation: reading, vocab, tokenizing, filtering, padding, stats
 from tfseq.reading import text_lines
+from tfseq import shuffling
 from tfseq.text import Vocab, tokenize
 from tfseq.filtering import filter_by_length, filter_lines
 from tfseq.batching import pad_batch

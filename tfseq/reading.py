@@ -101,15 +101,17 @@ def _compression_for(path: str, compression: str | None) -> str:
 def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool = False,
                seed: int | None = None, num_parallel_reads: int | None = None,
                num_shards: int = 1, shard_index: int = 0, verify: bool = True,
-               buffer_size: int = 1 << 20, batch_size: int | None = None) -> tf.data.Dataset:
+               buffer_size: int = 1 << 20, batch_size: int | None = None,
+               shuffle_lines: bool = False, shuffle_shard_bytes: int = 64 << 20) -> tf.data.Dataset:
     """Dataset of the lines of every file matched by ``patterns``.
 
     Args:
       patterns: a path or glob, or a list of them. Files are taken in sorted order per pattern.
       compression: ``None``/``"auto"`` (gzip when the name ends in ``.gz``), ``"gzip"`` or
         ``"none"``, for every file.
-      shuffle_files: shuffle the file order every epoch (seeded by ``seed``).
-      seed: seed for the file shuffle.
+      shuffle_files: shuffle the file order every epoch (seeded by ``seed``). This only
+        reorders files: the lines of a sorted file stay sorted (see ``shuffle_lines``).
+      seed: seed for the file shuffle and the line shuffle.
       num_parallel_reads: files read at once, interleaved line by line (default: all, at most
         16). The output order is deterministic unless ``tf.data.Options.deterministic`` is off.
       num_shards, shard_index: read only shard ``shard_index`` of ``num_shards``. With at least
@@ -123,6 +125,16 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
         vectorized stage (``filter_lines``, ``tokenize``) keeps the batches, and
         ``bucket_by_length``/``pack`` take them whole: the fast path, with no tf.data call per
         line (see "Input pipeline throughput" in the README).
+      shuffle_lines: a global line shuffle, every epoch a new order (the same for the same
+        ``seed``), every line exactly once, checkpointable iterators: batches from a sorted
+        file are mixed like a perfect shuffle. Each line belongs to one of K random shards; each
+        epoch reads the shards in a random order, each permuted in memory. Memory: about
+        ``2 * (mean line bytes + 32)`` bytes per line of one shard, a shard holding about
+        ``shuffle_shard_bytes`` of text; reading: K passes over the input per epoch (K = 1, a
+        single pass, up to ``shuffle_shard_bytes``). ``shuffle_files`` is implied. Without
+        ``batch_size`` the shuffled lines are unbatched. See ``tfseq.shuffling``.
+      shuffle_shard_bytes: text per shuffle shard (gzip files count 4x their size): the memory
+        bound of ``shuffle_lines``.
 
     Returns:
       ``tf.data.Dataset`` of ``tf.string`` scalars: one line each, without ``\\n``/``\\r\\n``
@@ -147,6 +159,14 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
                          f"received shard_index={shard_index!r}")
     check_positive_int("num_parallel_reads", num_parallel_reads, allow_none=True)
     check_positive_int("batch_size", batch_size, allow_none=True)
+
+    check_positive_int("shuffle_shard_bytes", shuffle_shard_bytes)
+    if shuffle_lines:
+        return _shuffled_lines(
+            patterns, compression=compression, seed=seed, num_parallel_reads=num_parallel_reads,
+            num_shards=num_shards, shard_index=shard_index, verify=verify,
+            buffer_size=buffer_size, batch_size=batch_size,
+            shuffle_shard_bytes=shuffle_shard_bytes)
 
     files = resolve_files(patterns)
     shard_lines = num_shards > 1 and len(files) < num_shards
@@ -189,6 +209,32 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
         lines = lines.shard(num_shards, shard_index)
     # Vectorized: one call per 1,024 lines costs a fraction of a per-line map.
     return lines.batch(1024).map(_strip_bom).unbatch()
+
+
+def _shuffled_lines(patterns, *, compression, seed, num_parallel_reads, num_shards, shard_index,
+                    verify, buffer_size, batch_size, shuffle_shard_bytes):
+    """``text_lines(..., shuffle_lines=True)``: the unshuffled line batches, shard-shuffled."""
+    from tfseq import shuffling
+
+    files = resolve_files(patterns)
+    kinds = [_compression_for(f, compression) for f in files]
+    if verify:
+        for path, kind in zip(files, kinds):
+            if kind == "GZIP":
+                verify_gzip(path)
+
+    def make_batches():  # called once per shard per epoch, inside the graph
+        return text_lines(files, compression=compression, num_parallel_reads=num_parallel_reads,
+                          num_shards=num_shards, shard_index=shard_index, verify=False,
+                          buffer_size=buffer_size, batch_size=_SHUFFLE_READ_BATCH)
+
+    k = shuffling.num_shuffle_shards(files, kinds, shuffle_shard_bytes)
+    out = shuffling.shard_shuffle(make_batches, batch_size=batch_size or _SHUFFLE_READ_BATCH,
+                                  num_shards=k, seed=seed)
+    return out if batch_size else out.unbatch()
+
+
+_SHUFFLE_READ_BATCH = 8192  # lines per read batch inside the shuffle
 
 
 def _strip_bom(line: tf.Tensor) -> tf.Tensor:

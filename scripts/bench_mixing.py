@@ -1,0 +1,153 @@
+r"""How mixed are batches built from a label-sorted file, with and without the line shuffle?
+
+Usage:
+  python scripts/bench_mixing.py --json_out=bench_out/mixing.json
+  python scripts/bench_mixing.py --lines=20000 --repeats=1
+
+A synthetic single file of ``--lines`` lines in 15 labels, sorted by label, lengths varied
+(geometric, mean depending mildly on the label). Composition (the README tour):
+``text_lines(batch_size=512[, shuffle_lines=True, seed=0])`` -> ``tokenize`` -> one of
+``bucket_by_length(max_tokens)``, ``pack(block_length, max_tokens)``, ``pad_batch(64)``.
+
+Mixing ratio: the mean total-variation distance between each batch's label histogram and the
+corpus', divided by the same for a perfect shuffle (the file shuffled offline) pushed through
+the same batching; 1.0 = as mixed as a perfect shuffle. Also: batches holding one label only,
+and the rate (lines/s, best of ``--repeats`` epochs) with and without the shuffle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("lines", 50_000, "Lines in the synthetic file.")
+flags.DEFINE_integer("labels", 15, "Labels (the file is sorted by label).")
+flags.DEFINE_integer("max_tokens", 4096, "Token budget per batch (bucket, pack).")
+flags.DEFINE_integer("read_batch", 512, "text_lines batch_size.")
+flags.DEFINE_integer("repeats", 2, "Timed epochs per feed (the best is reported).")
+flags.DEFINE_list("schemes", ["bucket", "pack", "pad"], "Batching schemes.")
+flags.DEFINE_integer("shuffle_shard_bytes", 64 << 20, "text_lines shuffle_shard_bytes (K = "
+                     "file bytes / this, rounded up).")
+flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
+
+
+def write_corpus(directory, n, labels, seed=0):
+    """Writes sorted.tsv (sorted by label) and shuffled.tsv (the same lines, shuffled)."""
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(2000)]
+    lines = []
+    for i in range(n):
+        label = 1 + i * labels // n
+        length = min(120, 1 + int(rng.expovariate(1 / (8 + label))))
+        lines.append(f"{label}\t" + " ".join(rng.choice(words) for _ in range(length)))
+    sorted_path = os.path.join(directory, "sorted.tsv")
+    shuffled_path = os.path.join(directory, "shuffled.tsv")
+    with open(sorted_path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    rng.shuffle(lines)
+    with open(shuffled_path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return sorted_path, shuffled_path
+
+
+def pipeline(path, vocab, scheme, shuffle):
+    import tensorflow as tf
+
+    import tfseq
+
+    kwargs = {"shuffle_lines": True, "seed": 0,
+                                 "shuffle_shard_bytes": FLAGS.shuffle_shard_bytes} if shuffle else {}
+    ds = tfseq.text_lines(path, batch_size=FLAGS.read_batch, **kwargs)
+
+    def split(lines):
+        parts = tf.strings.split(lines, "\t", maxsplit=1).to_tensor(shape=[None, 2])
+        return {"label": tf.strings.to_number(parts[:, 0], tf.int32), "text": parts[:, 1]}
+
+    ds = ds.map(split, num_parallel_calls=tf.data.AUTOTUNE).apply(tfseq.tokenize(vocab, key="text"))
+    if scheme == "bucket":
+        ds = ds.apply(tfseq.bucket_by_length(max_tokens=FLAGS.max_tokens, max_length=128, seed=0))
+    elif scheme == "pack":
+        ds = ds.apply(tfseq.pack(128, max_tokens=FLAGS.max_tokens, seed=0))
+    elif scheme == "pad":
+        ds = ds.apply(tfseq.unbatch).apply(tfseq.pad_batch(64))
+    else:
+        raise ValueError(f"Unknown scheme {scheme!r}")
+    return ds.prefetch(tf.data.AUTOTUNE).with_options(tfseq.pipeline_options())
+
+
+def label_counts(ds, labels):
+    """One epoch -> ([batches, labels] label counts, seconds)."""
+    rows = []
+    start = time.perf_counter()
+    for batch in ds:
+        lab = batch["label"].numpy().reshape(-1)
+        lab = lab[lab > 0]  # pack's scalar tables are padded with 0
+        rows.append(np.bincount(lab - 1, minlength=labels))
+    return np.array(rows), time.perf_counter() - start
+
+
+def mean_tv(counts):
+    corpus = counts.sum(0) / counts.sum()
+    per_batch = counts / counts.sum(1, keepdims=True)
+    return float(np.mean(0.5 * np.abs(per_batch - corpus).sum(1)))
+
+
+def main(argv):
+    del argv
+    import tensorflow as tf
+
+    import tfseq
+
+    directory = tempfile.mkdtemp(prefix="tfseq_mixing_")
+    sorted_path, shuffled_path = write_corpus(directory, FLAGS.lines, FLAGS.labels)
+    text = tfseq.text_lines(sorted_path, batch_size=FLAGS.read_batch).map(
+        lambda b: tf.strings.split(b, "\t", maxsplit=1).to_tensor(shape=[None, 2])[:, 1])
+    vocab = tfseq.Vocab.build(text, min_count=1)
+    results = []
+    print(f"{FLAGS.lines} lines, {FLAGS.labels} labels, sorted by label, one file "
+          f"(shared 2-core machine: rates are rough)")
+    print(f"{'scheme':8} {'shuffle':8} {'ratio':>6} {'one-label':>10} {'batches':>8} "
+          f"{'lines/s':>9}")
+    for scheme in FLAGS.schemes:
+        perfect, _ = label_counts(pipeline(shuffled_path, vocab, scheme, False), FLAGS.labels)
+        perfect_tv = mean_tv(perfect)
+        rates = {}
+        for shuffle in (False, True):
+            ds = pipeline(sorted_path, vocab, scheme, shuffle)
+            best = None
+            for _ in range(FLAGS.repeats):
+                counts, seconds = label_counts(ds, FLAGS.labels)
+                best = seconds if best is None else min(best, seconds)
+            assert counts.sum() == FLAGS.lines, (scheme, shuffle, counts.sum())
+            one_label = float(np.mean((counts > 0).sum(1) == 1))
+            rate = FLAGS.lines / best
+            rates[shuffle] = rate
+            row = {"scheme": scheme, "shuffle_lines": shuffle,
+                   "mixing_ratio": round(mean_tv(counts) / perfect_tv, 3),
+                   "one_label_batches": round(one_label, 3), "batches": len(counts),
+                   "lines_per_s": round(rate), "perfect_shuffle_tv": round(perfect_tv, 4)}
+            results.append(row)
+            print(f"{scheme:8} {str(shuffle):8} {row['mixing_ratio']:6.2f} "
+                  f"{one_label:10.0%} {len(counts):8d} {rate:9.0f}")
+        results[-1]["rate_vs_unshuffled"] = round(rates[True] / rates[False], 3)
+        print(f"{scheme:8} shuffled rate / unshuffled rate: {rates[True] / rates[False]:.2f}")
+    if FLAGS.json_out:
+        os.makedirs(os.path.dirname(FLAGS.json_out) or ".", exist_ok=True)
+        with open(FLAGS.json_out, "w") as f:
+            json.dump({"lines": FLAGS.lines, "labels": FLAGS.labels,
+                       "max_tokens": FLAGS.max_tokens, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,116 @@
+"""text_lines(shuffle_lines=True): exactly once, reshuffled per epoch, seeded, checkpointable, mixed."""
+
+import gzip
+
+import pytest
+import tensorflow as tf
+
+import tfseq
+
+
+def write(path, data: bytes):
+    path.write_bytes(data)
+    return str(path)
+
+
+def numbered(tmp_path, n=300, name="a.txt"):
+    return write(tmp_path / name, "".join(f"l{i}\n" for i in range(n)).encode())
+
+
+def epoch(ds):
+    """One pass: the lines in order, as Python strings (batches flattened)."""
+    out = []
+    for x in ds:
+        out.extend(v.decode() for v in tf.reshape(x, [-1]).numpy())
+    return out
+
+
+# 4 shards of about 350 bytes each (1,390 bytes): the multi-shard path on a small file.
+SMALL_SHARDS = {"shuffle_shard_bytes": 400}
+
+
+@pytest.mark.parametrize("kwargs", [{}, SMALL_SHARDS])
+def test_every_line_exactly_once_and_a_new_order_each_epoch(tmp_path, kwargs):
+    f = numbered(tmp_path)
+    ds = tfseq.text_lines(f, batch_size=32, shuffle_lines=True, seed=5, **kwargs)
+    first, second = epoch(ds), epoch(ds)
+    expected = sorted(f"l{i}" for i in range(300))
+    assert sorted(first) == expected
+    assert sorted(second) == expected
+    assert first != second
+    assert first != [f"l{i}" for i in range(300)]
+    assert all(0 < len(b) <= 32 for b in ds.as_numpy_iterator())
+
+
+def test_same_seed_same_order_other_seed_other_order(tmp_path):
+    f = numbered(tmp_path)
+
+    def two_epochs(seed):
+        ds = tfseq.text_lines(f, batch_size=32, shuffle_lines=True, seed=seed, **SMALL_SHARDS)
+        return epoch(ds) + epoch(ds)
+
+    assert two_epochs(7) == two_epochs(7)
+    assert two_epochs(7) != two_epochs(8)
+
+
+def test_checkpoint_mid_epoch_resumes_exactly(tmp_path):
+    f = numbered(tmp_path)
+    ds = tfseq.text_lines(f, batch_size=16, shuffle_lines=True, seed=3, **SMALL_SHARDS)
+    it = iter(ds)
+    head = [next(it).numpy().tolist() for _ in range(7)]
+    path = tf.train.Checkpoint(iterator=it).save(str(tmp_path / "ckpt"))
+    rest = [b.numpy().tolist() for b in it]
+    restored = iter(ds)
+    tf.train.Checkpoint(iterator=restored).restore(path)
+    assert [b.numpy().tolist() for b in restored] == rest
+    assert sorted(x.decode() for b in head + rest for x in b) == sorted(
+        f"l{i}" for i in range(300))
+
+
+def test_label_sorted_file_comes_out_mixed(tmp_path):
+    # 15 labels x 100 lines, sorted by label. Unshuffled, a 64-line batch holds 1 or 2 labels;
+    # a perfect shuffle puts 14 to 15 in each (fewer than 9 has probability < 1e-6 per batch).
+    lines = "".join(f"{label}\tx\n" for label in range(15) for _ in range(100))
+    f = write(tmp_path / "sorted.tsv", lines.encode())
+    plain = tfseq.text_lines(f, batch_size=64)
+    assert max(len({x.split(b"\t")[0] for x in b}) for b in plain.as_numpy_iterator()) == 2
+    for kwargs in ({}, SMALL_SHARDS):
+        ds = tfseq.text_lines(f, batch_size=64, shuffle_lines=True, seed=0, **kwargs)
+        labels = [len({x.split(b"\t")[0] for x in b}) for b in ds.as_numpy_iterator()
+                  if len(b) == 64]
+        assert len(labels) >= 15
+        assert min(labels) >= 9
+
+
+def test_unbatched_and_gzip(tmp_path):
+    f = write(tmp_path / "a.txt.gz", gzip.compress(b"a\nb\nc\nd\n"))
+    ds = tfseq.text_lines(f, shuffle_lines=True, seed=1)
+    assert ds.element_spec == tf.TensorSpec([], tf.string)
+    assert sorted(epoch(ds)) == ["a", "b", "c", "d"]
+
+
+def test_many_files_and_worker_shards_cover_every_line_once(tmp_path):
+    files = [numbered(tmp_path, 50, "a.txt"),
+             write(tmp_path / "b.txt", "".join(f"m{i}\n" for i in range(50)).encode())]
+    got = []
+    for index in range(2):
+        got += epoch(tfseq.text_lines(files, batch_size=8, shuffle_lines=True, seed=2,
+                                      num_shards=2, shard_index=index))
+    assert sorted(got) == sorted([f"l{i}" for i in range(50)] + [f"m{i}" for i in range(50)])
+
+
+def test_empty_and_missing_files(tmp_path):
+    empty = write(tmp_path / "e.txt", b"")
+    assert epoch(tfseq.text_lines(empty, batch_size=8, shuffle_lines=True, seed=0)) == []
+    assert epoch(tfseq.text_lines(empty, shuffle_lines=True, seed=0)) == []
+    with pytest.raises(FileNotFoundError, match="nope"):
+        tfseq.text_lines(str(tmp_path / "nope*.txt"), batch_size=8, shuffle_lines=True)
+    with pytest.raises(ValueError, match="shuffle_shard_bytes"):
+        tfseq.text_lines(empty, shuffle_lines=True, shuffle_shard_bytes=0)
+
+
+def test_shard_count_follows_input_size(tmp_path):
+    f = numbered(tmp_path, 1000)  # 4,890 bytes
+    assert tfseq.shuffling.num_shuffle_shards([f], [""], 64 << 20) == 1
+    assert tfseq.shuffling.num_shuffle_shards([f], [""], 1000) == 5
+    assert tfseq.shuffling.num_shuffle_shards([f], ["GZIP"], 1000) == 20

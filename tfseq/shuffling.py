@@ -1,0 +1,106 @@
+"""A line-level shuffle on the batched path: random shards, each shuffled in memory.
+
+Sorted files (by label, date, source) come out of ``text_lines`` in file order, and shuffling
+whole line batches cannot mix the lines inside them. ``shard_shuffle`` gives the batched path
+a true global shuffle with bounded memory:
+
+  assign  every line belongs to one of K shards drawn at random from its position (a
+          stateless uniform draw seeded by ``(seed, line batch index)``): a shard is a
+          uniform random subset of the corpus, whatever the file order.
+  read    every epoch visits the K shards in a new random order; for each shard the input is
+          read (one pass, vectorized), the shard's lines kept and held as one ``tf.string [L]``
+          tensor, permuted (a stateless shuffle, seeded per epoch and shard) and cut into
+          ``[batch_size]`` line batches.
+
+Every batch is therefore a uniform random draw of lines (a perfect shuffle's mixing), every line
+appears exactly once per epoch, the order changes every epoch and is the same for the same seed.
+Iterators checkpoint (``tf.train.Checkpoint(iterator=...)``): the state is the shard order, the
+per-epoch seeds and the position in the current shard's batches.
+
+Memory: about ``2 * (B_line + 32) * L / K`` bytes for ``L`` lines of mean length ``B_line``
+bytes (one shard plus its permuted copy; 32 bytes is a ``tf.string`` element's overhead); the
+checkpoint of an iterator mid-shard also holds that shard. K is chosen from the input size so
+that one shard holds about ``shuffle_shard_bytes`` of text (64 MiB by default; gzip input counts
+4x its size). The cost is reading: K passes over the input per epoch (one pass up to 64 MiB).
+No end-of-stream sentinel is used: a shard ends when its input pass ends.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import tensorflow as tf
+
+_GZIP_RATIO = 4
+# Read batches gathered at once when a shard is read whole (text_lines reads 8,192 lines per
+# batch here): a shard is one tensor up to 33M input lines, beyond that it is permuted in chunks
+# of that many input lines. (A larger ragged_batch size costs time per epoch.)
+_MAX_SHARD_ELEMENTS = 1 << 12
+
+
+def num_shuffle_shards(files: list[str], kinds: list[str], shard_bytes: int) -> int:
+    """K, the number of shuffle shards: input bytes (gzip counted 4x) / ``shard_bytes``, >= 1."""
+    total = 0
+    for path, kind in zip(files, kinds):
+        size = tf.io.gfile.stat(path).length
+        total += size * (_GZIP_RATIO if kind == "GZIP" else 1)
+    return max(1, min(4096, math.ceil(total / shard_bytes)))
+
+
+def shard_shuffle(make_batches, *, batch_size: int, num_shards: int,
+                  seed: int | None) -> tf.data.Dataset:
+    """Line batches -> the same lines, globally shuffled, in ``[batch_size]`` batches.
+
+    Every line belongs to one of K shards drawn at random from its position (stateless,
+    seeded), so a shard is a uniform random subset of the corpus. Each epoch visits the shards
+    in a new random order; for each shard the input is read once more, its lines kept, held as
+    one ``tf.string [L]`` tensor, permuted and cut into batches.
+
+    Args:
+      make_batches: ``() -> tf.data.Dataset`` of ``tf.string [n]`` line batches, in the same
+        deterministic order every call (``text_lines(..., batch_size=...)``).
+      batch_size: lines per output batch (the last batch of each shard may be smaller).
+      num_shards: K; memory is one shard, reading costs K passes over the input per epoch.
+      seed: seed of the shard assignment and of every epoch's order; ``None`` draws one.
+
+    Returns:
+      ``tf.data.Dataset`` of ``tf.string [n]``, ``1 <= n <= batch_size``.
+    """
+    if seed is None:
+        seed = random.getrandbits(31)
+    shards = tf.data.Dataset.range(num_shards)
+    if num_shards > 1:
+        shards = shards.shuffle(num_shards, seed=seed, reshuffle_each_iteration=True)
+    # Two int64 per shard per epoch: a new permutation every epoch, the same for the same seed.
+    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
+    return tf.data.Dataset.zip((shards, seeds)).interleave(
+        _shard_batches(make_batches, batch_size, num_shards, seed), cycle_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)  # reads ahead the next shard
+
+
+def _shard_batches(make_batches, batch_size: int, num_shards: int, seed: int):
+    """(int64 shard k, int64 [2] seed) -> shard k's lines, permuted, in line batches."""
+
+    def keep_shard(k, index, lines):
+        shard = tf.random.stateless_uniform(
+            tf.shape(lines), seed=tf.stack([tf.constant(seed, tf.int64), index]),
+            maxval=num_shards, dtype=tf.int64)
+        return tf.boolean_mask(lines, tf.equal(shard, k))
+
+    def permute(lines, shuffle_seed):
+        lines = tf.random.experimental.stateless_shuffle(lines, seed=shuffle_seed)
+        n = tf.size(lines, out_type=tf.int64)
+        return tf.data.Dataset.range(0, n, batch_size).map(
+            lambda start: lines[start:start + batch_size])
+
+    def shard_batches(k, shuffle_seed):
+        batches = make_batches().enumerate()
+        if num_shards > 1:
+            batches = batches.map(lambda i, lines: keep_shard(k, i, lines))
+        else:
+            batches = batches.map(lambda i, lines: lines)
+        whole = batches.ragged_batch(_MAX_SHARD_ELEMENTS)
+        return whole.flat_map(lambda rows: permute(rows.flat_values, shuffle_seed))
+
+    return shard_batches
