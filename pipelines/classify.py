@@ -67,12 +67,15 @@ class Config:
 
 def labelled_text(config: Config, split: str, counter: tfseq.DropCounter,
                   class_names=None, shuffle_files: bool = False, num_shards: int = 1,
-                  shard_index: int = 0) -> tf.data.Dataset:
+                  shard_index: int = 0, shuffle_lines: bool = False) -> tf.data.Dataset:
     """Batches of ``{"text": tf.string [n], "label": int32 [n]}`` of one split, every drop
     counted; vectorized, one tf.data call per batch of lines. ``class_names`` (the label ids'
-    order) is required to get ids; without it labels stay ``tf.string``."""
+    order) is required to get ids; without it labels stay ``tf.string``. ``shuffle_lines``:
+    the global line shuffle of ``text_lines`` (a new order every epoch)."""
     read = dict(shuffle_files=shuffle_files, seed=config.seed, num_shards=num_shards,
                 shard_index=shard_index)
+    if shuffle_lines:
+        read["shuffle_lines"] = True
     if sources.has_user_files(config):
         ds = sources.user_rows(config, split, counter, required=COLUMNS, allowed=COLUMNS, **read)
         ds = ds.map(lambda r: {"text": r["text"], "label": tf.strings.strip(r["label"])})
@@ -147,19 +150,27 @@ def batch(ds: tf.data.Dataset, config: Config, *, training: bool) -> tf.data.Dat
 
 
 def examples(config: Config, split: str, counter: tfseq.DropCounter, vocab: tfseq.Vocab,
-             num_shards: int = 1, shard_index: int = 0, class_names=None) -> tf.data.Dataset:
+             num_shards: int = 1, shard_index: int = 0, class_names=None,
+             shuffle_lines: bool | None = None) -> tf.data.Dataset:
     """Ragged batches ``{"ids": int32 [n, (T)], "label": int32 [n]}`` of one split.
 
-    The examples are small, so they are cached after the first pass (the counters then count
-    one pass); for training the batches are reshuffled every epoch (a buffer of
-    ``config.shuffle_buffer`` examples, in whole batches) and ``batch`` shuffles inside pools.
+    Training reads its lines globally shuffled, a new order every epoch
+    (``text_lines(shuffle_lines=True)``: files sorted by label still give mixed batches), and
+    ``batch`` shuffles inside pools; the counters then count every epoch's lines. Evaluation
+    (and training with ``shuffle_lines=False``) reads in file order and caches the examples
+    after the first pass (the counters count one pass).
     """
+    if shuffle_lines is None:
+        shuffle_lines = split == "train"
     ds = labelled_text(config, split, counter, class_names or class_names_of(config),
-                       num_shards=num_shards, shard_index=shard_index)
+                       num_shards=num_shards, shard_index=shard_index,
+                       shuffle_lines=shuffle_lines)
     ds = ds.apply(tfseq.tokenize(vocab, tokenizer=config.tokenizer, key="text",
                                  lowercase=config.lowercase))
     ds = ds.map(lambda e: {"ids": e["text"], "label": e["label"]})
     ds = ds.apply(sources.truncate_or_drop(config, counter, "ids", config.max_length))
+    if shuffle_lines:
+        return ds
     ds = ds.cache()
     if split == "train":
         ds = ds.shuffle(-(-config.shuffle_buffer // verses.READ_BATCH), seed=config.seed,
@@ -179,8 +190,10 @@ def replica_dataset_fn(config: Config, info: dict, num_replicas: int,
     counter = tfseq.DropCounter(f"{split}_replicas") if split == "eval" else info["counters"][split]
 
     def make_dataset(num_shards, shard_index):
+        # No line shuffle on the tf.data service: its sources would be split among workers.
         return examples(config, split, counter, info["vocab"], num_shards, shard_index,
-                        info["class_names"])
+                        info["class_names"],
+                        shuffle_lines=split == "train" and data_service is None)
 
     def batch_fn(n):
         scaled = dataclasses.replace(config, max_tokens=config.max_tokens * n,

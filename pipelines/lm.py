@@ -59,17 +59,23 @@ class Config:
     max_line_bytes: int = 1 << 16
 
 
-def texts(config: Config, split: str, counter: tfseq.DropCounter) -> tf.data.Dataset:
+def texts(config: Config, split: str, counter: tfseq.DropCounter,
+          shuffle_lines: bool = False) -> tf.data.Dataset:
     """``tf.string [n]`` batches of the texts of one split (``"train"``, ``"eval"``), every
-    drop counted: the user's files, or the verse corpus."""
+    drop counted: the user's files, or the verse corpus. ``shuffle_lines``: globally
+    shuffled lines, a new order every epoch (not with ``max_lines``, which takes the first
+    lines)."""
     if not sources.has_user_files(config):
-        return verse_text(config, split, counter)
-    ds = sources.user_rows(config, split, counter, required=COLUMNS, allowed=COLUMNS)
+        return verse_text(config, split, counter, shuffle_lines=shuffle_lines)
+    ds = sources.user_rows(config, split, counter, required=COLUMNS, allowed=COLUMNS,
+                           **({"shuffle_lines": True, "seed": config.seed}
+                              if shuffle_lines else {}))
     return ds.map(lambda r: r["text"]).apply(
         tfseq.filter_lines(max_line_bytes=config.max_line_bytes, counter=counter))
 
 
-def verse_text(config: Config, split: str, counter: tfseq.DropCounter) -> tf.data.Dataset:
+def verse_text(config: Config, split: str, counter: tfseq.DropCounter,
+               shuffle_lines: bool = False) -> tf.data.Dataset:
     """``tf.string [n]`` batches of the verse texts of one split (``"train"``, ``"eval"``),
     every drop counted; vectorized, one tf.data call per batch of lines."""
     files = list(config.files) or [tfseq.corpus_path(config.corpus)]
@@ -77,6 +83,9 @@ def verse_text(config: Config, split: str, counter: tfseq.DropCounter) -> tf.dat
     if config.max_lines:  # exact: the first max_lines lines, then batched
         ds = sources.read_lines(files, batch_size=None).take(config.max_lines).batch(
             verses.READ_BATCH)
+    elif shuffle_lines:
+        ds = sources.read_lines(files, batch_size=verses.READ_BATCH, shuffle_lines=True,
+                                seed=config.seed)
     else:
         ds = sources.read_lines(files, batch_size=verses.READ_BATCH)
     ds = ds.apply(counter.tally("lines_read", rows=True))
@@ -129,14 +138,18 @@ def datasets(config: Config = Config(), counters: dict | None = None):
     for split in ("train", "eval"):
         training = split == "train"
         counter = counters[split]
-        ds = texts(config, split, counter)
+        # Training lines come globally shuffled, a new order every epoch (then not cached);
+        # with max_lines (the first lines of the corpus) the batches are shuffled instead.
+        shuffled = training and (sources.has_user_files(config) or not config.max_lines)
+        ds = texts(config, split, counter, shuffle_lines=shuffled)
         ds = ds.apply(tfseq.tokenize(vocab, tokenizer=config.tokenizer, add_bos=True,
                                      add_eos=True, lowercase=config.lowercase))
         # Lengths count <s> and </s>: 1..max_length words.
         ds = ds.apply(sources.truncate_or_drop(config, counter, "ids", config.max_length + 2,
                                                min_length=3))
-        ds = ds.cache()
-        if training:  # whole ragged batches; bucketing and packing also shuffle inside pools
+        if not shuffled:
+            ds = ds.cache()
+        if training and not shuffled:  # whole ragged batches; pools shuffle inside too
             ds = ds.shuffle(-(-config.shuffle_buffer // verses.READ_BATCH), seed=config.seed,
                             reshuffle_each_iteration=True)
         if config.batching == "pack":

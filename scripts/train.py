@@ -172,6 +172,9 @@ def format_report(report: dict) -> str:
         kept = read - routed - sum(dropped.values())
         lines.append(f"  {split:5s} lines read {read:7d}: {kept:6d} examples, {routed:6d} in the "
                      f"other split, {sum(dropped.values()):4d} dropped {dropped if dropped else ''}")
+    if report.get("epochs", 0) > 1:
+        lines.append("  (training lines are re-read, shuffled, every epoch: their counts cover "
+                     "every epoch)")
     if "padding_efficiency" in report:
         lines.append(f"  padding efficiency of training batches: {report['padding_efficiency']:.3f}")
     if "replicas" in report:

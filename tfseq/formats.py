@@ -134,25 +134,40 @@ def resolve(patterns: Sequence[str], flag: str = "--train_files") -> list[str]:
 
 
 def read_lines(files, *, header: bool = False, batch_size: int | None = READ_BATCH,
-               **kwargs) -> tf.data.Dataset:
+               shuffle_lines: bool = False, **kwargs) -> tf.data.Dataset:
     """The single place the pipelines read lines: ``tfseq.text_lines`` (``**kwargs`` passed
     on), batched as ``tf.string [n]`` (``batch_size=None``: single lines), without each
-    file's first line when ``header``.
+    file's first line when ``header``; ``shuffle_lines`` gives the global line shuffle of
+    ``text_lines`` (a new order every epoch; the header lines are removed first).
 
     Raises:
       InputError: a missing file, or a corrupt or truncated gzip file (the message names it).
     """
+    from tfseq import shuffling
+
     try:
         if not header:
-            return text_lines(files, batch_size=batch_size, **kwargs)
+            return text_lines(files, batch_size=batch_size, shuffle_lines=shuffle_lines, **kwargs)
         files = resolve_files(files)
-        per_file = [text_lines(f, **kwargs).skip(1) for f in files]
+        seed = kwargs.pop("seed", None)
+        per_file = [text_lines(f, seed=seed, **kwargs) for f in files]
     except (ValueError, FileNotFoundError) as e:
         raise InputError(str(e)) from None
-    ds = per_file[0]
-    for more in per_file[1:]:
-        ds = ds.concatenate(more)
-    return ds if batch_size is None else ds.batch(batch_size)
+
+    def without_headers():
+        ds = per_file[0].skip(1)
+        for more in per_file[1:]:
+            ds = ds.concatenate(more.skip(1))
+        return ds
+
+    if not shuffle_lines:
+        ds = without_headers()
+        return ds if batch_size is None else ds.batch(batch_size)
+    kinds = ["GZIP" if f.endswith(".gz") else "" for f in files]
+    ds = shuffling.shard_shuffle(
+        lambda: without_headers().batch(READ_BATCH), batch_size=batch_size or READ_BATCH,
+        num_shards=shuffling.num_shuffle_shards(files, kinds, 64 << 20), seed=seed)
+    return ds if batch_size else ds.unbatch()
 
 
 def parse(lines: tf.Tensor, fmt: RowFormat) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
