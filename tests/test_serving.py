@@ -149,11 +149,8 @@ def test_sentencepiece_vocab_is_an_asset_and_ids_match(tmp_path):
         bos_piece="<s>", eos_piece="</s>", minloglevel=2)
     processor = spm.SentencePieceProcessor(model_proto=model.getvalue())
 
-    class SentencepieceVocab(tfseq.Vocab):
-        sentencepiece_model = model.getvalue()
-
-    vocab = SentencepieceVocab([processor.id_to_piece(i)
-                                for i in range(processor.get_piece_size())])
+    vocab = tfseq.Vocab([processor.id_to_piece(i) for i in range(processor.get_piece_size())],
+                        sentencepiece_model=model.getvalue())
     texts = ["gen1 matt2 the beginning", "verse 17", "zebra"]
     module = tf.Module()
     module.encoder = serving.TextEncoder(vocab, str(tmp_path), tokenizer="sentencepiece",
