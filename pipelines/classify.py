@@ -240,6 +240,7 @@ def datasets(config: Config = Config(), counters: dict | None = None):
     out = {k: v.with_options(tfseq.pipeline_options()) for k, v in out.items()}
     info = {"vocab": vocab, "num_classes": len(class_names), "class_names": list(class_names),
             "counters": counters, "stats": stats,
+            "reread_each_epoch": True,  # training lines are read (shuffled) every epoch
             "drop_examples": lambda: sources.drop_examples(config, required=COLUMNS,
                                                            allowed=COLUMNS)}
     return out["train"], out["eval"], info

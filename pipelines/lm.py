@@ -169,6 +169,8 @@ def datasets(config: Config = Config(), counters: dict | None = None):
         out[split] = ds.map(to_model).prefetch(tf.data.AUTOTUNE)
     out = {k: v.with_options(tfseq.pipeline_options()) for k, v in out.items()}
     info = {"vocab": vocab, "counters": counters, "stats": stats,
+            # training lines are read (shuffled) every epoch, or cached after the first
+            "reread_each_epoch": sources.has_user_files(config) or not config.max_lines,
             "drop_examples": lambda: sources.drop_examples(config, required=COLUMNS,
                                                            allowed=COLUMNS)}
     return out["train"], out["eval"], info

@@ -172,9 +172,6 @@ def format_report(report: dict) -> str:
         kept = read - routed - sum(dropped.values())
         lines.append(f"  {split:5s} lines read {read:7d}: {kept:6d} examples, {routed:6d} in the "
                      f"other split, {sum(dropped.values()):4d} dropped {dropped if dropped else ''}")
-    if report.get("epochs", 0) > 1:
-        lines.append("  (training lines are re-read, shuffled, every epoch: their counts cover "
-                     "every epoch)")
     if "padding_efficiency" in report:
         lines.append(f"  padding efficiency of training batches: {report['padding_efficiency']:.3f}")
     if "replicas" in report:
@@ -276,7 +273,9 @@ def main(argv):
     trainer = Trainer(model, train_ds, model_dir=FLAGS.model_dir,
                       checkpoint_every=FLAGS.checkpoint_every,
                       trackables={f"counter_{k}": v for k, v in _counter_vars(counters).items()},
-                      on_step=on_step, on_batch=on_batch)
+                      on_step=on_step, on_batch=on_batch,
+                      on_epoch_start=(lambda epoch: counters["train"].reset())
+                      if info.get("reread_each_epoch") and "train" in counters else None)
     resumed = trainer.restore()
     if resumed and FLAGS.verbose:
         print(f"Resuming from {FLAGS.model_dir}: epoch {int(trainer.epoch.numpy()) + 1}, "

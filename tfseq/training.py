@@ -101,12 +101,14 @@ class Trainer:
       on_step: ``fn(step, logs)`` called after every step (logging, summaries).
       on_batch: ``fn(batch)`` called with every batch before it is trained on (tests use it
         to record example ids).
+      on_epoch_start: ``fn(epoch)`` called before the first step of each epoch (not when a
+        resume continues one mid-way), e.g. to reset per-pass counters.
     """
 
     def __init__(self, model: keras.Model, train_ds: tf.data.Dataset, *, model_dir: str | None,
                  checkpoint_every: int = 0, trackables: Mapping[str, object] | None = None,
                  max_to_keep: int = 2, on_step: Callable | None = None,
-                 on_batch: Callable | None = None):
+                 on_batch: Callable | None = None, on_epoch_start: Callable | None = None):
         self.model = model
         # Drop counters update tf.Variables from inside the pipeline; tf.data calls that
         # "external state" and refuses to serialize the iterator. The counters are saved in the
@@ -121,6 +123,7 @@ class Trainer:
         self.max_to_keep = max_to_keep
         self.on_step = on_step
         self.on_batch = on_batch
+        self.on_epoch_start = on_epoch_start
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.step_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_in_epoch")
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -211,6 +214,8 @@ class Trainer:
                 if verbose:
                     print(f"Epoch {epoch + 1}/{epochs}")
                 logs = {}
+                if self.on_epoch_start and int(self.step_in_epoch.numpy()) == 0:
+                    self.on_epoch_start(epoch)
                 # After a resume the epoch's means cover the steps since the resume.
                 means = _EpochMeans()
                 while True:
