@@ -25,7 +25,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
 
-BENCHES := batching training packing pipeline splitting attention tbptt predict
+BENCHES := batching training packing pipeline splitting attention tbptt predict mixing multislot
 
 bench: $(STAMP)
 	mkdir -p bench_out
