@@ -231,8 +231,10 @@ def predict_files(model_dir: str, files, output: str, *, fmt: str | None = None,
     bad_examples = []
     start = time.perf_counter()
     with open(output, "w", encoding="utf-8") as f:
+        # Held back at most: the pools in flight plus bucketing's carried tail (under 9
+        # budgets of cells, so under 9 * max_tokens rows).
         for index, row in tfseq.predict_in_order(model_fn, ds, max_buffer=4 * pool_size
-                                                 + 64 * READ_BATCH):
+                                                 + 64 * READ_BATCH + 9 * max_tokens):
             if row["reason"] and len(bad_examples) < 5:
                 bad_examples.append(f"line {index + 1}: {REASONS[row['reason']]}")
             f.write(format_row(task, row) + "\n")
