@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from absl import app, flags, logging  # noqa: E402
 
 FLAGS = flags.FLAGS
-FORMATS = ("text", "tsv")
+FORMATS = ("text", "tsv", "csv")
 BATCHING = ("bucket", "pad")
 READ_BATCH = 512
 # Reason codes of an unusable line (0: usable), in report order.
@@ -47,8 +47,9 @@ if __name__ == "__main__":
                         required=True)
     flags.DEFINE_list("files", None, "Input files or globs (.gz allowed).", required=True)
     flags.DEFINE_enum("format", None, FORMATS, "Line format (default: tsv for *.tsv[.gz], "
-                      "else text: the whole line is the input).")
-    flags.DEFINE_list("columns", None, "TSV field names in order; the input field is `text` "
+                      "csv for *.csv[.gz] (RFC 4180 on one line), else text: the whole line "
+                      "is the input).")
+    flags.DEFINE_list("columns", None, "TSV/CSV field names in order; the input field is `text` "
                       "(translate: `source`), `_` skips (default: the training run's, else the "
                       "embedded corpus layout book,chapter,verse,text).")
     flags.DEFINE_boolean("header", False, "Skip the first line of each file (no output for it).")
@@ -112,7 +113,7 @@ def make_parser(fmt: str, columns, field: str):
 
     from tfseq.filtering import line_checks
 
-    if fmt == "tsv":
+    if fmt in ("tsv", "csv"):
         if field not in columns:
             raise ValueError(f"--columns={','.join(columns)} has no {field!r} field; name the "
                              f"input column {field!r} (and `_` for the others)")
@@ -126,6 +127,12 @@ def make_parser(fmt: str, columns, field: str):
             malformed = tf.not_equal(fields.row_lengths(), width)
             text = fields.to_tensor("", shape=[None, width])[:, position]
             reason = tf.where(malformed, REASONS.index("malformed"), reason)
+        elif fmt == "csv":  # RFC 4180 on one line, parsed in the graph as training does
+            from tfseq import formats
+
+            row, ok = formats.parse(lines, formats.RowFormat("csv", tuple(columns)))
+            text = row[field]
+            reason = tf.where(ok, reason, REASONS.index("malformed"))
         else:
             text = lines
         for name in ("nul_byte", "invalid_utf8"):  # the first failing check wins
@@ -170,9 +177,12 @@ def predict_files(model_dir: str, files, output: str, *, fmt: str | None = None,
     task, field = info["task"], info.get("input", "text")
     names = [str(f) for f in files]
     if fmt is None:
-        fmt = "tsv" if all(n.endswith((".tsv", ".tsv.gz")) for n in names) else "text"
+        fmt = ("tsv" if all(n.endswith((".tsv", ".tsv.gz")) for n in names) else
+               "csv" if all(n.endswith((".csv", ".csv.gz")) for n in names) else "text")
     if fmt not in FORMATS:
         raise ValueError(f"Unknown format {fmt!r}; expected one of {FORMATS}")
+    if fmt == "csv" and not columns:
+        columns = info.get("columns") or [field]
     if fmt == "tsv" and not columns:
         columns = info.get("columns") or ["book", "chapter", "verse", field]
     longest = (info.get("max_length") or max_tokens) + (2 if task == "lm" else 0)

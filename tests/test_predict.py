@@ -85,6 +85,26 @@ def test_tsv_gzip_header_bad_lines_get_empty_outputs_and_are_counted(tiny_export
                                         "line 5: invalid_utf8", "line 6: nul_byte"]
 
 
+def test_csv_quoted_fields_and_a_broken_line(tiny_exports, tmp_path):
+    model_dir = tiny_exports["classify"][0]
+    rows = ['label,text',
+            'x,"gen0, gen1 gen2"',        # a quoted comma
+            'y,"rev3 ""rev4"""',          # doubled quotes
+            'z,"matt1 matt2',             # unclosed quote: malformed
+            'w,matt1 matt2 matt3']
+    (tmp_path / "in.csv").write_text("\n".join(rows) + "\n")
+    report = predict_files(model_dir, [str(tmp_path / "in.csv")], str(tmp_path / "out.txt"),
+                           header=True, columns=["_", "text"], max_tokens=64, pool_size=4,
+                           verbose=0)
+    out = read_output(tmp_path / "out.txt")
+    assert len(out) == 4 and out[2] == "" and report["malformed"] == 1
+    served = tf.saved_model.load(os.path.join(model_dir, "export"))
+    expected = served.serve(tf.constant(["gen0, gen1 gen2", 'rev3 "rev4"',
+                                         "matt1 matt2 matt3"]))
+    labels = [s.decode() for s in expected["label"].numpy()]
+    assert [out[0].split("\t")[0], out[1].split("\t")[0], out[3].split("\t")[0]] == labels
+
+
 def test_plain_padded_batches_give_the_same_output(tiny_exports, tmp_path):
     model_dir = tiny_exports["classify"][0]
     lines = [" ".join(WORDS[j % 8] for j in range(i % 13)) for i in range(40)]
