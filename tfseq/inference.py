@@ -124,8 +124,8 @@ def restore_order(batches: Iterable[tuple[Any, Any]], *, max_buffer: int = 1 << 
       batches: an iterable of ``(indices, predictions)``: indices int ``[B]`` (from
         ``with_index``), predictions an array ``[B, ...]`` or a dict/tuple of them.
       max_buffer: the most rows held back waiting for an earlier index; more raises (an
-        example went missing upstream). Bucketed inference needs about one pool plus bucketing's carried tail (under
-        9 budgets of cells).
+        example went missing upstream). Bucketed inference needs about one pool plus
+        bucketing's carried tail (under 9 budgets of cells).
       start: the first index expected.
 
     Yields:
