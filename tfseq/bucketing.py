@@ -9,8 +9,11 @@ How it batches (pool, sort, split, carry, shuffle), all in the tf.data graph:
    pool closes once it holds ``pool_tokens`` tokens (default ``DEFAULT_POOL_BUDGETS``
    budgets' worth, so a pool holds about that many batches whatever the lengths); with a
    fixed ``batch_size``, or when ``pool_size`` is given, once it holds ``pool_size``
-   examples. The end of the input closes the last pool (found by looking one input batch
-   ahead, so it also works on each worker of the ``tf.data`` service).
+   examples (counting the input read since the last pool closed; the tail carried from that
+   pool, step 5, comes on top). The end of the input closes the last pool (found by looking
+   one input batch ahead, so it also works on each worker of the ``tf.data`` service).
+   Filling is a cheap per-batch ``scan``; the sorting and cutting of steps 2-6 run in a
+   second ``scan`` once per pool, which emits the pool's batches as slices of one gather.
 2. Examples longer than ``max_length`` are dropped and counted under ``"too_long"`` (one
    vectorized counter update per pool).
 3. Each pool is ordered longest bucket first; inside a bucket the order is random (seeded).
@@ -192,8 +195,13 @@ class _PoolArrays:
                 i += 1
         return pool
 
-    def empty_pool(self) -> dict:
-        return self.assemble(self.empty())
+    def assemble_both(self, first, second) -> dict:
+        """Two sets of lists -> one pool: ``first``'s rows, then ``second``'s."""
+        return self.assemble(tuple(
+            tf.raw_ops.TensorListPushBack(input_handle=a, tensor=tf.raw_ops.TensorListConcatV2(
+                input_handle=b, element_shape=[-1], leading_dims=tf.zeros([0], tf.int64),
+                element_dtype=d)[0])
+            for a, b, d in zip(first, second, self.dtypes)))
 
 
 def _bucket_upper(lengths: tf.Tensor, boundaries, bucket_width, max_length) -> tf.Tensor:
@@ -456,13 +464,14 @@ def bucket_by_length(
         else:  # no second source to zip (on the tf.data service every source is split)
             stream = mark_last(dataset.map(lambda b: (b, tf.constant(0, tf.int64))))
         zero = tf.constant(0, tf.int64)
-        no_batches = tf.zeros([0], tf.int32)
 
-        def close_pool(lists, pool_seed, is_last):
-            """Sorts and cuts the full pool; emits its batches but the under-filled ones
-            (``choose_carried``), which start the next pool. At the end of the stream every
-            batch is emitted, the tail last. Returns (output, next state)."""
-            pool = arrays.assemble(lists)
+        def close_pool(tail, inputs):
+            """One closed pool (a ``scan`` step whose state is the carried tail): the tail
+            plus the pool's batches, sorted and cut; emits the batches but the under-filled
+            ones (``choose_carried``), which are the next tail. At the end of the stream every
+            batch is emitted, the tail last. Returns (next tail, output)."""
+            lists, pool_seed, is_last = inputs
+            pool = arrays.assemble_both(tail, lists)
             lengths = batch_lengths(pool, keys)
             keep = None
             if max_length is not None:  # one counter update per pool, not a call per example
@@ -472,11 +481,7 @@ def bucket_by_length(
             carry = choose_carried(tf.gather(lengths, order), batch_of, sizes)
             carry &= tf.logical_not(is_last)
             carried = tf.boolean_mask(order, tf.gather(carry, batch_of))
-            tail = {k: tf.gather(v, carried) for k, v in pool.items()}
-            tail_tokens = tf.reduce_sum(tf.cast(tf.maximum(tf.gather(lengths, carried), 1),
-                                                tf.int64))
-            state = (tf.size(carried, out_type=tf.int64), tail_tokens,
-                     arrays.push(arrays.empty(), tail))
+            tail = arrays.push(arrays.empty(), {k: tf.gather(v, carried) for k, v in pool.items()})
             emitted = tf.logical_not(carry)
             if shuffle:  # random order; at the end of the stream the last batch comes last
                 last = tf.equal(tf.range(tf.size(starts)), tf.size(starts) - 1)
@@ -486,7 +491,13 @@ def bucket_by_length(
                 starts, sizes = tf.gather(starts, batch_order), tf.gather(sizes, batch_order)
                 emitted = tf.gather(emitted, batch_order)
             starts, sizes = tf.boolean_mask(starts, emitted), tf.boolean_mask(sizes, emitted)
-            return (pool, order, starts, sizes), state
+            # The emitted rows, gathered once in emission order: batch i is rows
+            # [sum(sizes[:i]), sum(sizes[:i + 1])), so the batches are slices, not gathers.
+            rows = tf.gather(order, tf.ragged.range(starts, starts + sizes).flat_values)
+            batches = {k: tf.RaggedTensor.from_row_lengths(tf.gather(v, rows), sizes,
+                                                           validate=False)
+                       for k, v in pool.items()}
+            return tail, batches
 
         def choose_carried(ordered_lengths, batch_of, sizes):
             """bool [N]: the batches that wait for the next pool instead of going out now.
@@ -513,7 +524,10 @@ def bucket_by_length(
                 within_cap | tf.equal(tf.range(num), 0))
             return tf.scatter_nd(worst_first[:, None], chosen, [num])
 
-        def step(state, inputs):
+        def gather_pool(state, inputs):
+            """Appends an input batch to the pool being filled; emits the pool's arrays once
+            it is full (or the stream ends). Cheap on purpose: the sort and cut run in a
+            second ``scan`` once per pool, not in a branch of this per-batch step."""
             rows, tokens, lists = state
             is_last, (batch, pool_seed) = inputs
             lists = arrays.push(lists, batch)
@@ -523,23 +537,16 @@ def bucket_by_length(
             ready = is_last | (tokens >= pool_tokens if pool_tokens else False)
             if pool_size is not None:
                 ready |= rows >= pool_size
-            output, state = tf.cond(
-                ready, lambda: close_pool(lists, pool_seed, is_last),
-                lambda: ((arrays.empty_pool(), no_batches, no_batches, no_batches),
-                         (rows, tokens, lists)))
-            return state, output
-
-        def split_pool(pool, order, starts, sizes):
-            return tf.data.Dataset.zip(tf.data.Dataset.from_tensors((pool, order)).repeat(),
-                                       tf.data.Dataset.from_tensor_slices((starts, sizes)))
+            state = tf.cond(ready, lambda: (zero, zero, arrays.empty()),
+                            lambda: (rows, tokens, lists))
+            return state, (ready, (lists, pool_seed, is_last))
 
         static_width = max_length if pad_to_boundary and buckets is None else None
 
-        def take(pool_and_order, cut):
-            pool, order = pool_and_order
-            start, size = cut
-            rows = {k: tf.gather(v, order[start:start + size]) for k, v in pool.items()}
-            row_lengths = {k: rows[k].row_lengths() for k in keys}
+        def take(rows):
+            """One batch's rows (sequence keys int ``[B, (T)]``, scalars ``[B]``) -> padded."""
+            row_lengths = {k: tf.cast(rows[k].row_lengths(), tf.int32) for k in keys}
+            size = tf.size(row_lengths[keys[0]])
             if pad_to_boundary:
                 longest = tf.reduce_max(tf.stack([tf.reduce_max(r) for r in
                                                   row_lengths.values()]))
@@ -557,10 +564,15 @@ def bucket_by_length(
         plain = tf.autograph.experimental.do_not_convert
         # prefetch(1) after the pools: the next pool is read, tokenized and sorted while this
         # one's batches are consumed. Memory: up to three pools (the one being emitted, a
-        # sorted one waiting, one filling) plus one carried tail.
-        return (stream.scan((zero, zero, arrays.empty()), plain(step))
-                .filter(plain(lambda pool, order, starts, sizes: tf.size(starts) > 0))
-                .prefetch(1).flat_map(split_pool)
-                .map(take, num_parallel_calls=tf.data.AUTOTUNE))
+        # sorted one waiting, one filling) plus one carried tail. Two scans: the per-batch one
+        # only appends; the per-pool one sorts, cuts, carries and gathers the emitted rows once
+        # in emission order, so each batch is a slice (no gather from the pool per batch).
+        pools = (stream.scan((zero, zero, arrays.empty()), plain(gather_pool))
+                 .filter(plain(lambda ready, closed: ready))
+                 .map(plain(lambda ready, closed: closed)))
+        return (pools.scan(arrays.empty(), plain(close_pool))
+                .filter(plain(lambda batches: batches[keys[0]].nrows() > 0))
+                .prefetch(1).flat_map(plain(tf.data.Dataset.from_tensor_slices))
+                .map(plain(take), num_parallel_calls=tf.data.AUTOTUNE))
 
     return apply
