@@ -212,6 +212,9 @@ def _exclusive_cumsum(x: tf.Tensor) -> tf.Tensor:
 
 # Up to this many rows, the rows' lookups are unrolled (a few scalar ops each) instead of a loop.
 _UNROLL_ROWS = 64
+# Rows placed per build when no lane has to be kept (one sequence feature, no "split"): several
+# batches are planned at once, which amortizes the fixed cost of a build (tens of small ops).
+_BUILD_ROWS = 64
 
 
 def _chain(reach: tf.Tensor, offsets: tf.Tensor, rows: int) -> tf.Tensor:
@@ -232,34 +235,30 @@ def _lay_out(values, src, take, row, seg, cont, rows: int, block: int):
     Args:
       values: the tokens ``[N]``; src, take: int32 ``[n]``, where each piece starts in
         ``values`` and how many tokens it has; row, seg: int32 ``[n]``, its row and 1-based
-        segment; cont: bool ``[n]``, true for a continuation piece (no reset).
-      rows, block: the output shape ``[rows, block]``.
+        segment; cont: bool ``[n]``, true for a continuation piece (no reset; always segment 1
+        of its row).
 
     Returns:
       tokens (``values.dtype``), segment ids, positions (int32) and resets (bool), each
       ``[rows, block]``.
     """
-    num_tokens = tf.reduce_sum(take)
-    first = _exclusive_cumsum(take)
-    nonempty = tf.cast(tf.where(take > 0)[:, 0], tf.int32)
-    # The piece of each token: a mark where each non-empty piece begins, summed.
-    marks = tf.scatter_nd(tf.gather(first, nonempty)[:, None],
-                          tf.ones_like(nonempty), [num_tokens])
-    piece = tf.gather(nonempty, tf.cumsum(marks) - 1)
-    pos = tf.range(num_tokens) - tf.gather(first, piece)
-    tokens = tf.gather(values, tf.gather(src, piece) + pos)
-    resets = (pos == 0) & tf.logical_not(tf.gather(cont, piece))
-    # Row r holds tokens [row_first[r], row_first[r] + filled[r]) of that stream.
-    filled = tf.math.unsorted_segment_sum(take, row, rows)
-    row_first = _exclusive_cumsum(filled)
-    column = tf.range(block)[None]
-    cell = tf.where(column < filled[:, None], row_first[:, None] + column, num_tokens)
+    spans = tf.ragged.range(src, src + take, row_splits_dtype=tf.int32)   # [n, (take)]
+    tokens = tf.gather(values, spans.flat_values)                 # row-major: rows are runs
+    index = tf.range(tf.size(spans.flat_values))
+    piece = tf.searchsorted(spans.row_splits[1:], index, side="right")   # each token's piece
+    positions = index - tf.gather(spans.row_splits, piece)
+    segment_ids = tf.gather(seg, piece)
+    filled = tf.math.unsorted_segment_sum(take, row, rows)        # [rows] tokens per row
 
     def dense(per_token):
-        padded = tf.concat([per_token, tf.zeros([1], per_token.dtype)], 0)
-        return tf.gather(padded, cell)
+        return tf.RaggedTensor.from_row_lengths(per_token, filled, validate=False).to_tensor(
+            0, shape=[rows, block])
 
-    return dense(tokens), dense(tf.gather(seg, piece)), dense(pos), dense(resets)
+    segment_ids, positions = dense(segment_ids), dense(positions)
+    continued = tf.math.unsorted_segment_max(tf.cast(cont, tf.int32), row, rows) > 0
+    resets = ((positions == 0) & (segment_ids > 0)
+              & tf.logical_not(continued[:, None] & (segment_ids == 1)))
+    return dense(tokens), segment_ids, positions, resets
 
 
 class _Packer:
@@ -278,9 +277,15 @@ class _Packer:
         self.scalar_keys = list(scalar_keys)
         self.seq_dtypes = [spec[k].dtype for k in seq_keys]
         self.scalar_dtypes = [spec[k].dtype for k in scalar_keys]
-        self.rows = rows
+        self.batch_rows = rows
+        # Batches per build: one where lanes matter (split examples continue in the same row
+        # of the next batch) or several features are fitted together; else _BUILD_ROWS rows.
+        single_lane = long_examples == "split" or len(seq_keys) > 1
+        self.per_build = 1 if single_lane else max(1, _BUILD_ROWS // rows)
+        self.rows = rows * self.per_build  # rows placed per build
         self.segments = segments
-        self.threshold = window * rows * max(blocks)
+        # The pool holds `window` batches' worth beyond what one build takes.
+        self.threshold = (window + self.per_build - 1) * rows * max(blocks)
         self.long_examples = long_examples
         self.seed = seed
         self.counter = counter
@@ -312,7 +317,9 @@ class _Packer:
         plain = tf.autograph.experimental.do_not_convert
         groups = _mark_end(groups, self._empty_group())
         batches = groups.scan(self._initial_state(), plain(self._step))
-        return batches.flat_map(plain(slices)).map(plain(self._trim))
+        return (batches.flat_map(plain(slices))
+                .filter(plain(lambda batch, num_rows: num_rows > 0))
+                .map(plain(self._trim)))
 
     def _flatten_group(self, index, group):
         """A ragged batch of examples -> (values, lengths, scalars), long-example policy applied.
@@ -344,11 +351,11 @@ class _Packer:
         if self.long_examples == "truncate":
             ragged = [r[:, :block] for r, block in zip(ragged, self.blocks)]
         with tf.control_dependencies(counts):
-            keep = tf.identity(keep)
-        ragged = [tf.ragged.boolean_mask(r, keep) for r in ragged]
+            kept = tf.where(keep)[:, 0]
+        ragged = [tf.gather(r, kept) for r in ragged]  # one RaggedGather per feature
         seq = tuple(r.flat_values for r in ragged)
         lengths = tf.stack([tf.cast(r.row_lengths(), tf.int32) for r in ragged], 1)
-        return seq, lengths, tuple(tf.boolean_mask(v, keep) for v in scalars)
+        return seq, lengths, tuple(tf.gather(v, kept) for v in scalars)
 
     def _empty_group(self):
         seq = tuple(tf.zeros([0], d) for d in self.seq_dtypes)
@@ -389,10 +396,16 @@ class _Packer:
             return ready(pool, carry)
 
         def body(i, pool, carry, out_arrays, rows_array):
-            batch, num_rows, pool, carry = self._build(pool, carry)
-            out_arrays = {k: out_arrays[k].write(i, v) for k, v in batch.items()}
-            # Before the input ends every batch keeps all B rows, so lanes keep their index.
-            rows_array = rows_array.write(i, tf.where(final, num_rows, self.rows))
+            built, num_rows, pool, carry = self._build(pool, carry)
+            b = self.batch_rows
+            for k in range(self.per_build):
+                index = i * self.per_build + k
+                out_arrays = {key: out_arrays[key].write(index, v[k * b:(k + 1) * b])
+                              for key, v in built.items()}
+                # Before the input ends every batch keeps all B rows, so lanes keep their
+                # index; after, the trailing empty rows (and batches) go.
+                rows_array = rows_array.write(
+                    index, tf.where(final, tf.clip_by_value(num_rows - k * b, 0, b), b))
             return i + 1, pool, carry, out_arrays, rows_array
 
         _, pool, carry, out_arrays, rows_array = tf.while_loop(
@@ -406,12 +419,12 @@ class _Packer:
     def _batch_signature(self):
         sig = {}
         for key, dtype, block in zip(self.seq_keys, self.seq_dtypes, self.blocks):
-            sig[key] = (dtype, [self.rows, block])
-            sig[key + SEGMENT_IDS_SUFFIX] = (tf.int32, [self.rows, block])
-            sig[key + POSITIONS_SUFFIX] = (tf.int32, [self.rows, block])
-            sig[key + RESETS_SUFFIX] = (tf.bool, [self.rows, block])
+            sig[key] = (dtype, [self.batch_rows, block])
+            sig[key + SEGMENT_IDS_SUFFIX] = (tf.int32, [self.batch_rows, block])
+            sig[key + POSITIONS_SUFFIX] = (tf.int32, [self.batch_rows, block])
+            sig[key + RESETS_SUFFIX] = (tf.bool, [self.batch_rows, block])
         for key, dtype in zip(self.scalar_keys, self.scalar_dtypes):
-            sig[key] = (dtype, [self.rows, self.segments])
+            sig[key] = (dtype, [self.batch_rows, self.segments])
         return sig
 
     def _pool_dtypes(self):
@@ -490,6 +503,9 @@ class _Packer:
         fill = fill + long_take
         nseg = nseg0 + num_run + tf.cast(has_long, tf.int32)
         row_open = tf.logical_not(closed0 | has_long)
+        if self.per_build > 1:  # rows past the last run (see _row_runs) take nothing
+            row_open &= tf.range(self.rows) <= tf.reduce_max(
+                tf.where(run_end > run_start, tf.range(self.rows), 0))
 
         # 2. Best fit into the gaps: each row proposes one example per round, lowest row wins.
         size = tf.reduce_sum(lengths, axis=1)
@@ -652,6 +668,15 @@ class _Packer:
         run_end = tf.gather(tf.reshape(q, [-1]), at)
         here = tf.gather(tf.reshape(long_here, [-1]), at)
         left = tf.gather(tf.reshape(left, [-1, len(self.blocks)]), at)
+        if self.per_build > 1:
+            # A build plans several batches; near the end of the input the pool may fill only
+            # a few rows: the runs stop after the rows its tokens need (at least), and the gap
+            # filling below packs the rest into those rows instead of one run per row.
+            needed = tf.reduce_max(-(-tf.reduce_sum(lengths, 0) // blocks))
+            active = tf.range(self.rows) < tf.maximum(needed, 1)
+            run_end = tf.where(active, run_end, run_start)
+            here &= active
+            left = tf.where(active[:, None], left, blocks[None])
         long_take = tf.where(here[:, None],
                              tf.minimum(tf.gather(lengths_pad, run_end), left), 0)
         return run_start, run_end, tf.where(here, run_end, -1), blocks - left, long_take
