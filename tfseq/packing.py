@@ -47,11 +47,13 @@ Examples longer than a block (in any feature):
 Examples with no token in any feature cannot be represented by segment ids; they are dropped
 and counted as ``"empty"``.
 
-How: examples wait in a pool of about ``window`` batches' worth of tokens. When the pool is
-full, one batch of B rows is built: each row takes its carried continuation piece (if any),
-then the pool's examples in arrival order, each placed if it fits (greedy first fit per row, in
-tf ops), so the oldest examples leave first and the input order (its shuffle) is kept up to the
-window. Everything runs in the tf.data graph (``Dataset.scan``); memory is bounded by the pool
+How: examples wait in a pool of about ``window`` batches' worth of tokens (beyond what one
+build takes). When the pool is full, a build places rows: one batch of B rows, or, with one
+sequence feature and no ``"split"`` (no lane to keep), several batches' rows at once (64 rows
+in all), which spreads the build's fixed cost. In a build each row takes its carried
+continuation piece (if any), then the pool's examples in arrival order, each placed if it fits
+(greedy first fit per row, in tf ops), so the oldest examples leave first and the input order
+(its shuffle) is kept up to the window. Everything runs in the tf.data graph (``Dataset.scan``); memory is bounded by the pool
 plus one carried piece per lane. Every example is emitted exactly once per epoch; ``unpack``
 turns packed batches back into examples. Batches have B rows, except those built after the input
 ends, which drop their trailing empty rows (a row may stay empty before a row still carrying a
@@ -94,8 +96,8 @@ def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None
         block in any feature (see the module docstring).
       max_segments: most segments per row, and the width S of the scalar features' tables;
         default the longest block length (no limit in practice).
-      window: the pool holds at least this many batches' worth of tokens before a batch is
-        built; larger packs tighter and keeps more examples waiting.
+      window: the pool holds at least this many batches' worth of tokens beyond what a
+        build takes before it builds; larger packs tighter and keeps more examples waiting.
       seed: if given, each group of 128 incoming examples is shuffled (stateless, from this
         seed and the group's index) before it joins the pool; ``None`` keeps the input order.
         Shuffle upstream (``Dataset.shuffle``) for a full shuffle.
