@@ -10,7 +10,10 @@ a true global shuffle with bounded memory:
   read    every epoch visits the K shards in a new random order; for each shard the input is
           read (one pass, vectorized), the shard's lines kept and held as one ``tf.string [L]``
           tensor, permuted (a stateless shuffle, seeded per epoch and shard) and cut into
-          ``[batch_size]`` line batches.
+          ``[batch_size]`` line batches. With K = 1 (input up to one shard's size) the lines
+          are read in the first epoch and kept (``Dataset.cache`` of that one tensor, the
+          memory the shuffle holds anyway); later epochs only permute them, so they read
+          nothing and start at once. Files changed after the first epoch are not re-read.
 
 Every batch is therefore a uniform random draw of lines (a perfect shuffle's mixing), every line
 appears exactly once per epoch, the order changes every epoch and is the same for the same seed.
@@ -21,8 +24,9 @@ Memory: about ``2 * (B_line + 32) * L / K`` bytes for ``L`` lines of mean length
 bytes (one shard plus its permuted copy; 32 bytes is a ``tf.string`` element's overhead); the
 checkpoint of an iterator mid-shard also holds that shard. K is chosen from the input size so
 that one shard holds about ``shuffle_shard_bytes`` of text (64 MiB by default; gzip input counts
-4x its size). The cost is reading: K passes over the input per epoch (one pass up to 64 MiB).
-No end-of-stream sentinel is used: a shard ends when its input pass ends.
+4x its size). The cost is reading: K passes over the input per epoch (one pass up to 64 MiB,
+in the first epoch only). No end-of-stream sentinel is used: a shard ends when its input pass
+ends.
 """
 
 from __future__ import annotations
@@ -69,14 +73,35 @@ def shard_shuffle(make_batches, *, batch_size: int, num_shards: int,
     """
     if seed is None:
         seed = random.getrandbits(31)
+    # Two int64 per shard per epoch: a new permutation every epoch, the same for the same seed.
+    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
+    if num_shards == 1:
+        # One shard is the whole input: it is read once and kept (the memory the shuffle holds
+        # anyway), each epoch permutes it anew. Later epochs read nothing, so their batches
+        # come as soon as the permutation is done instead of after a full read.
+        whole = _gather_lines(make_batches()).cache()
+        return tf.data.Dataset.zip((whole, seeds)).flat_map(
+            lambda lines, shuffle_seed: _permuted_batches(lines, shuffle_seed, batch_size))
     shards = tf.data.Dataset.range(num_shards)
     if num_shards > 1:
         shards = shards.shuffle(num_shards, seed=seed, reshuffle_each_iteration=True)
-    # Two int64 per shard per epoch: a new permutation every epoch, the same for the same seed.
-    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
     return tf.data.Dataset.zip((shards, seeds)).interleave(
         _shard_batches(make_batches, batch_size, num_shards, seed), cycle_length=1,
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)  # reads ahead the next shard
+
+
+def _gather_lines(batches: tf.data.Dataset) -> tf.data.Dataset:
+    """Line batches -> the same lines as one ``tf.string [L]`` tensor (several for more than
+    ``_MAX_SHARD_ELEMENTS`` batches)."""
+    return batches.ragged_batch(_MAX_SHARD_ELEMENTS).map(lambda rows: rows.flat_values)
+
+
+def _permuted_batches(lines, shuffle_seed, batch_size: int) -> tf.data.Dataset:
+    """``tf.string [L]`` -> its lines in a seeded random order, ``[batch_size]`` at a time."""
+    lines = tf.random.experimental.stateless_shuffle(lines, seed=shuffle_seed)
+    n = tf.size(lines, out_type=tf.int64)
+    return tf.data.Dataset.range(0, n, batch_size).map(
+        lambda start: lines[start:start + batch_size])
 
 
 def _shard_batches(make_batches, batch_size: int, num_shards: int, seed: int):
@@ -88,19 +113,9 @@ def _shard_batches(make_batches, batch_size: int, num_shards: int, seed: int):
             maxval=num_shards, dtype=tf.int64)
         return tf.boolean_mask(lines, tf.equal(shard, k))
 
-    def permute(lines, shuffle_seed):
-        lines = tf.random.experimental.stateless_shuffle(lines, seed=shuffle_seed)
-        n = tf.size(lines, out_type=tf.int64)
-        return tf.data.Dataset.range(0, n, batch_size).map(
-            lambda start: lines[start:start + batch_size])
-
     def shard_batches(k, shuffle_seed):
-        batches = make_batches().enumerate()
-        if num_shards > 1:
-            batches = batches.map(lambda i, lines: keep_shard(k, i, lines))
-        else:
-            batches = batches.map(lambda i, lines: lines)
-        whole = batches.ragged_batch(_MAX_SHARD_ELEMENTS)
-        return whole.flat_map(lambda rows: permute(rows.flat_values, shuffle_seed))
+        batches = make_batches().enumerate().map(lambda i, lines: keep_shard(k, i, lines))
+        return _gather_lines(batches).flat_map(
+            lambda lines: _permuted_batches(lines, shuffle_seed, batch_size))
 
     return shard_batches
