@@ -1,6 +1,7 @@
 """text_lines(shuffle_lines=True): exactly once, reshuffled per epoch, seeded, checkpointable, mixed."""
 
 import gzip
+import os
 
 import pytest
 import tensorflow as tf
@@ -53,9 +54,13 @@ def test_same_seed_same_order_other_seed_other_order(tmp_path):
     assert two_epochs(7) != two_epochs(8)
 
 
-def test_checkpoint_mid_epoch_resumes_exactly(tmp_path):
+@pytest.mark.parametrize("kwargs", [{}, SMALL_SHARDS])
+@pytest.mark.parametrize("epochs_before", [0, 1])
+def test_checkpoint_mid_epoch_resumes_exactly(tmp_path, kwargs, epochs_before):
     f = numbered(tmp_path)
-    ds = tfseq.text_lines(f, batch_size=16, shuffle_lines=True, seed=3, **SMALL_SHARDS)
+    ds = tfseq.text_lines(f, batch_size=16, shuffle_lines=True, seed=3, **kwargs)
+    for _ in range(epochs_before):  # one shard: the second epoch comes from the kept lines
+        epoch(ds)
     it = iter(ds)
     head = [next(it).numpy().tolist() for _ in range(7)]
     path = tf.train.Checkpoint(iterator=it).save(str(tmp_path / "ckpt"))
@@ -65,6 +70,23 @@ def test_checkpoint_mid_epoch_resumes_exactly(tmp_path):
     assert [b.numpy().tolist() for b in restored] == rest
     assert sorted(x.decode() for b in head + rest for x in b) == sorted(
         f"l{i}" for i in range(300))
+
+
+def test_one_shard_is_read_in_the_first_epoch_only(tmp_path):
+    f = numbered(tmp_path)
+    ds = tfseq.text_lines(f, batch_size=32, shuffle_lines=True, seed=5)
+    first = epoch(ds)
+    os.remove(f)  # later epochs permute the lines kept from the first read
+    second, third = epoch(ds), epoch(ds)
+    expected = sorted(f"l{i}" for i in range(300))
+    assert sorted(second) == expected and sorted(third) == expected
+    assert len({tuple(first), tuple(second), tuple(third)}) == 3
+    several = tfseq.text_lines(numbered(tmp_path, name="b.txt"), batch_size=32,
+                               shuffle_lines=True, seed=5, **SMALL_SHARDS)
+    epoch(several)
+    os.remove(tmp_path / "b.txt")  # several shards: each epoch reads the input per shard
+    with pytest.raises(tf.errors.NotFoundError):
+        epoch(several)
 
 
 def test_label_sorted_file_comes_out_mixed(tmp_path):
