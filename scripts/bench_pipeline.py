@@ -11,6 +11,9 @@ Feeds of the same lines, each run for whole epochs, in real (non-pad) tokens per
             budget (length cap counted, seeded shuffle), prefetch. No tf.data call per line;
   tfseq pack   the same pipeline with ``pack(max_length, max_tokens=...)`` instead of
             bucketing (over-long examples dropped, as bucketing drops them);
+  tfseq shuffle_lines   the same pipeline reading with ``text_lines(shuffle_lines=True)``
+            (a global line shuffle) instead of shuffling files and line batches; with one
+            shuffle shard the first pass reads the input, later passes permute the kept lines;
   tfseq per-example   the same steps composed one example at a time (text_lines without
             batch_size): what the batched path saves;
   plain tf.data   the pipeline as users write it: TextLineDataset, per-line split, tokenize and
@@ -44,8 +47,8 @@ flags.DEFINE_integer("field", 3, "0-based TSV field holding the text; -1 for the
 flags.DEFINE_integer("max_tokens", 8192, "Token budget per batch for tfseq bucketing.")
 flags.DEFINE_integer("max_length", 512, "Length cap.")
 flags.DEFINE_integer("batch_size", 64, "Batch size of the Python feed.")
-flags.DEFINE_integer("repeats", 3, "Timed passes per feed (the best is reported).")
-flags.DEFINE_integer("copies", 8, "Read each file this many times (as that many symlinked "
+flags.DEFINE_integer("repeats", 2, "Timed passes per feed (the best is reported).")
+flags.DEFINE_integer("copies", 16, "Read each file this many times (as that many symlinked "
                      "files): a stream several bucketing pools long, so the rate is the steady "
                      "state and not one pool's fill-then-drain.")
 flags.DEFINE_integer("epochs", 1, "Epochs per timed pass (repeat).")
@@ -54,6 +57,8 @@ flags.DEFINE_boolean("map_fusion", True, "tfseq.pipeline_options() (map fusion) 
 flags.DEFINE_integer("read_batch", 512, "Lines per batch on the batched path.")
 flags.DEFINE_integer("shuffle_batches", 64, "Shuffle buffer, in line batches (x read_batch "
                      "examples on the per-example path).")
+flags.DEFINE_integer("shuffle_shard_mb", 256, "shuffle_shard_bytes of the shuffle_lines feed, "
+                     "in MiB (gzip counts 4x): the default keeps the whole stream in one shard.")
 flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 
 
@@ -80,15 +85,19 @@ def raw_feed(files, vocab, field):
     return ds.prefetch(tf.data.AUTOTUNE), lambda ids: tf.cast(tf.size(ids.flat_values), tf.int64)
 
 
-def tfseq_feed(files, vocab, field, batched=True):
+def tfseq_feed(files, vocab, field, batched=True, shuffle_lines=False):
     import tensorflow as tf
 
     import tfseq
 
     counter = tfseq.DropCounter()
-    ds = tfseq.text_lines(files, shuffle_files=True, seed=0,
-                          batch_size=FLAGS.read_batch if batched else None)
-    if batched:
+    if shuffle_lines:  # a global line shuffle replaces the file and line-batch shuffles
+        ds = tfseq.text_lines(files, seed=0, batch_size=FLAGS.read_batch, shuffle_lines=True,
+                              shuffle_shard_bytes=FLAGS.shuffle_shard_mb << 20)
+    else:
+        ds = tfseq.text_lines(files, shuffle_files=True, seed=0,
+                              batch_size=FLAGS.read_batch if batched else None)
+    if batched and not shuffle_lines:
         ds = ds.shuffle(FLAGS.shuffle_batches, seed=0, reshuffle_each_iteration=True)
     if field >= 0:
         ds = ds.map(lambda line: field_of(line, field), num_parallel_calls=tf.data.AUTOTUNE)
@@ -237,6 +246,8 @@ def main(argv):
         "raw read+tokenize+lookup": graph_timer(*raw_feed(files, vocab, FLAGS.field)),
         "tfseq full pipeline": graph_timer(*tfseq_feed(files, vocab, FLAGS.field)),
         "tfseq full pipeline, pack": graph_timer(*pack_feed(files, vocab, FLAGS.field)),
+        "tfseq full pipeline, shuffle_lines": graph_timer(*tfseq_feed(
+            files, vocab, FLAGS.field, shuffle_lines=True)),
         "tfseq per-example pipeline": graph_timer(*tfseq_feed(files, vocab, FLAGS.field,
                                                               batched=False)),
         "plain tf.data pipeline": graph_timer(*plain_tf_data_feed(files, vocab, FLAGS.field)),
@@ -244,10 +255,12 @@ def main(argv):
             python_ds, lambda batch: tf.reduce_sum(tf.cast(batch[1], tf.int64))),
     }
     # Round-robin repeats, best of each: a slow spell on the machine hits every feed alike.
-    results = {}
+    # Every pass is a new iterator over the same dataset, as every epoch of model.fit is.
+    results, first = {}, {}
     for _ in range(FLAGS.repeats):
         for name, run in feeds.items():
             tokens, seconds = run()
+            first.setdefault(name, seconds)
             if name not in results or seconds < results[name][1]:
                 results[name] = (tokens, seconds)
 
@@ -258,8 +271,17 @@ def main(argv):
     for name, (tokens, seconds) in results.items():
         rate = tokens / seconds
         rows.append({"feed": name, "real_tokens": tokens, "seconds": seconds,
+                     "first_pass_seconds": first[name],
                      "tokens_per_second": rate, "tfseq_over_feed": ref_rate / rate})
         print(f"{name:28s} {tokens:12,d} {seconds:8.2f} {rate:12,.0f} {ref_rate / rate:12.2f}x")
+    raw_rate = results["raw read+tokenize+lookup"][0] / results["raw read+tokenize+lookup"][1]
+    pack_rate = results["tfseq full pipeline, pack"][0] / results["tfseq full pipeline, pack"][1]
+    shuffled = results["tfseq full pipeline, shuffle_lines"]
+    print(f"\ntfseq full pipeline / raw: {ref_rate / raw_rate:.2f}x; pack / bucket: "
+          f"{pack_rate / ref_rate:.2f}x; shuffle_lines / unshuffled: "
+          f"{shuffled[0] / shuffled[1] / ref_rate:.2f}x (first pass, which reads the input "
+          f"before its first batch: {shuffled[1] / first['tfseq full pipeline, shuffle_lines']:.2f}"
+          f" of the best pass's rate)")
     names = sorted({os.path.basename(f)[4:] if FLAGS.copies > 1 else os.path.basename(f)
                     for f in files})
     print(f"\n(files: {', '.join(names)} x {FLAGS.copies} copies; best of {FLAGS.repeats} "
