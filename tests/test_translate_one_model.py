@@ -118,7 +118,7 @@ def test_pack_pipeline_emits_every_kept_pair_exactly_once_per_epoch():
         assert counter.seen()["lines_read"] == 300
         assert sum(expected.values()) == 300 - sum(counter.drops().values())
         counter.reset()
-    assert sum(expected.values()) == 147  # of 300 lines: 153 pairs longer than 22 tokens
+    assert sum(expected.values()) == 147  # 153 of the 300 lines dropped, counted
 
 
 def _resets(segment_ids):
