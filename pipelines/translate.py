@@ -72,7 +72,7 @@ class Config:
     source_files: tuple[str, ...] = ()     # plain text, line-aligned with target_files
     target_files: tuple[str, ...] = ()     # (both empty, no train_files: the verse corpus)
     max_lines: int = 6000                  # verse corpus: read only the first N pairs (0: all)
-    vocab_path: str | None = None          # not supported: each side builds or learns its own
+    vocab_path: str | None = None          # one vocabulary for both sides (else one per side)
     vocab_size: int | None = None          # learn wordpiece/sentencepiece vocabs of this size
     vocab_max_lines: int = 1_000_000       # lines read to learn a vocabulary
     long_examples: str = "drop"            # "drop" (counted too_long) or "truncate"
@@ -240,10 +240,12 @@ def verse_pairs(config: Config, split: str, counter: tfseq.DropCounter,
 
 
 def build_vocabs(config: Config) -> tuple[tfseq.Vocab, tfseq.Vocab]:
-    """(source, target) vocabularies built or learned on the training split."""
+    """(source, target) vocabularies: one loaded from ``config.vocab_path`` and shared by both
+    sides (e.g. a joint SentencePiece model), or each built or learned on its side of the
+    training split."""
     if config.vocab_path:
-        raise formats.InputError("--vocab is not supported by --task=translate (each side "
-                                 "builds its own; use --vocab_size to learn subword vocabularies)")
+        vocab = sources.build_vocab(config, None)
+        return vocab, vocab
     train = pairs(config, "train", tfseq.DropCounter("vocab"))
     return tuple(sources.build_vocab(config, train.map(lambda p, key=key: p[key]), key)
                  for key in COLUMNS)

@@ -6,6 +6,7 @@ import dataclasses
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import tfseq
@@ -85,6 +86,7 @@ def test_greedy_steps_match_the_teacher_forced_logits():
         np.testing.assert_allclose(logits.numpy(), forced[:, step], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_pack_pipeline_emits_every_kept_pair_exactly_once_per_epoch():
     config = translate.Config(max_lines=300, min_count=1, max_vocab=500, max_length=20,
                               batching="pack", block_length=32, max_tokens=256,
@@ -141,3 +143,22 @@ def test_aligned_files_are_read_as_shuffled_pairs_a_new_order_every_epoch(tmp_pa
     assert orders[0] != list(range(200)) and orders[1] != orders[0]
     unshuffled = translate.pairs(config, "train", tfseq.DropCounter("test"))
     assert [s.decode() for b in unshuffled for s in b["source"].numpy()][:2] == ["s0 x", "s1 x"]
+
+
+def test_a_loaded_vocabulary_serves_both_sides(tmp_path):
+    (tmp_path / "a.en").write_text("one two\nthree one\n" * 20)
+    (tmp_path / "a.es").write_text("uno dos\ntres uno\n" * 20)
+    path = str(tmp_path / "vocab.txt")
+    tfseq.Vocab(list(tfseq.text.RESERVED) + ["one", "two", "uno", "dos"]).save(path)
+    config = translate.Config(source_files=(str(tmp_path / "a.en"),),
+                              target_files=(str(tmp_path / "a.es"),), vocab_path=path,
+                              eval_percent=0, shuffle_lines=False)
+    train, _, info = translate.datasets(config)
+    assert info["source_vocab"] is info["target_vocab"] and len(info["source_vocab"]) == 8
+    features, targets, _ = next(iter(train))
+    one, two, uno, dos = (info["source_vocab"].lookup(tf.constant(w)).numpy()
+                          for w in ("one", "two", "uno", "dos"))
+    unk = tfseq.text.UNK_ID
+    rows = {tuple(r[r > 0]) for r in features["source"].numpy()}
+    assert rows == {(one, two), (unk, one)}
+    assert {tuple(r[r > 0]) for r in targets.numpy()} == {(uno, dos, 3), (unk, uno, 3)}
