@@ -2,7 +2,6 @@
 kept pair exactly once per epoch."""
 
 import collections
-import dataclasses
 
 import keras
 import numpy as np
@@ -92,6 +91,7 @@ def test_pack_pipeline_emits_every_kept_pair_exactly_once_per_epoch():
                               batching="pack", block_length=32, max_tokens=256,
                               eval_percent=0)
     train, _, info = translate.datasets(config)
+    assert info["reread_each_epoch"]  # shuffled pairs, read again every epoch
     # The same pairs, unshuffled and unpacked, tokenized as the pipeline does.
     reference = translate.pairs(config, "train", tfseq.DropCounter("reference"))
     reference = reference.apply(tfseq.tokenize(info["source_vocab"], key="source",
