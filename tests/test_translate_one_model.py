@@ -51,6 +51,9 @@ def _packed_batches(block_length=12, batch_size=2):
 def test_padded_and_packed_batches_give_each_target_token_the_same_log_probabilities():
     model = _model()
     padded = _padded_log_probs(model)
+    ragged = model({"source": tf.ragged.constant([s for s, _ in PAIRS], tf.int32),
+                    "target_in": tf.ragged.constant([t[:-1] for _, t in PAIRS], tf.int32)})
+    np.testing.assert_allclose(tf.nn.log_softmax(ragged).numpy(), padded, atol=1e-5)
     seen = []
     batches = _packed_batches()
     assert len(batches) < len(PAIRS)  # several pairs share a row
