@@ -1,15 +1,36 @@
-"""Seq2seq with attention: BiGRU encoder, GRU decoder, additive attention over the source.
+"""Seq2seq with attention: one model for padded and packed batches, with the same weights.
 
-Training (teacher forcing) takes the features of ``pipelines.translate``::
+Shapes: B = rows, S = source time, T = target time, E = embedding, H = hidden units,
+V = target vocabulary.
 
-    source [B, S] --embedding--> RaggedRNN(Bidirectional(GRU)) --> encoder outputs [B, S, 2H]
-                                               \\-- last fwd/bwd states -> bridge -> h0 [B, H]
-    target_in [B, T] --embedding--> RaggedRNN(GRU, initial_state=h0) --> decoder [B, T, H]
-    MaskedAttention("additive")(decoder, encoder outputs, lengths) --> context [B, T, 2H]
-    [decoder, context] -> tanh projection -> float32 logits [B, T, V]
+    source [B, S] --embedding--> ResettableRNN(GRU, bidirectional) --> memory [B, S, 2H]
+    memory --mean over the example's source--> bridge (tanh Dense) --> summary [B, T, H]
+    [target_in embedding, summary] [B, T, E+H] --> ResettableRNN(GRU) --> decoded [B, T, H]
+    MaskedAttention("additive")(decoded, memory, same example only) --> context [B, T, 2H]
+    [decoded, context] -> tanh projection -> float32 logits [B, T, V]
 
-Source pads never reach the context (exact masking) and the loss is averaged over real target
-tokens. ``greedy_decode`` reuses the same layers one step at a time.
+Inputs (``pipelines.translate``)::
+
+    padded  {"source": int32 [B, S], "source_length": int32 [B],
+             "target_in": int32 [B, T], "target_in_length": int32 [B]}
+    packed  {"source", "source_segment_ids": int32 [B, S],
+             "target_in", "target_in_segment_ids": int32 [B, T]}
+
+A padded batch is a packed batch with one segment per row (segment id 1 on real steps, 0 on
+padding), so both take the same path: the encoder runs each source segment alone in both
+directions (``ResettableRNN`` restarts at each segment start, and backwards at each segment
+end), the decoder restarts from the zero state at each target segment, and the attention and the
+source summary see only the source segment with the target segment's id. Segment k of a source
+row pairs with segment k of the same target row (``tfseq.pack`` packs both features together).
+
+The bridge: instead of an initial decoder state (which a packed row would need to inject at
+every segment start, inside the recurrence), each example's source summary is fed to the decoder
+at every step, next to the target embedding (Cho et al., 2014). It conditions the decoder's
+recurrence on the source from the first step, in every batching mode.
+
+Source pads never reach the outputs and the loss is averaged over real target tokens (weights 0
+on padding). ``greedy_decode`` and the export (``scripts/export.py``) use ``encode`` and
+``decode_step``, the same layers one step at a time.
 """
 
 from __future__ import annotations
@@ -20,7 +41,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfseq.layers import MaskedAttention, RaggedRNN
+from tfseq.layers import MaskedAttention, ResettableRNN
 from tfseq.text import BOS_ID, PAD_ID, UNK_ID
 
 
@@ -32,38 +53,128 @@ class ModelConfig:
     learning_rate: float = 3e-3
 
 
+def _segment_ids(ids, lengths, segment_ids):
+    """int32 ``[B, T]``: the packed segment ids, or 1 on the real steps of a padded row."""
+    if segment_ids is not None:
+        return tf.cast(segment_ids, tf.int32)
+    if lengths is None:
+        return tf.cast(tf.not_equal(ids, 0), tf.int32)
+    return tf.sequence_mask(lengths, tf.shape(ids)[1], dtype=tf.int32)
+
+
+def _dense(ids):
+    """``(int32 [B, T], lengths int32 [B] or None)`` from a dense or ragged batch."""
+    if isinstance(ids, tf.RaggedTensor):
+        return tf.cast(ids.to_tensor(), tf.int32), tf.cast(ids.row_lengths(), tf.int32)
+    return tf.cast(ids, tf.int32), None
+
+
+@keras.saving.register_keras_serializable(package="tfseq")
+class Translator(keras.Model):
+    """Target logits for padded, ragged or packed source/target batches (see the module).
+
+    Args:
+      source_vocab_size, target_vocab_size: vocabulary sizes (V is the target's).
+      embedding_dim, hidden_dim: E and H.
+      dropout: rate on the target embeddings and before the output layer.
+      **kwargs: forwarded to ``keras.Model``.
+    """
+
+    def __init__(self, source_vocab_size: int, target_vocab_size: int, embedding_dim: int = 64,
+                 hidden_dim: int = 96, dropout: float = 0.1, **kwargs):
+        super().__init__(**kwargs)
+        self.source_vocab_size = source_vocab_size
+        self.target_vocab_size = target_vocab_size
+        self.embedding_dim = embedding_dim
+        self.hidden_dim = hidden_dim
+        self.dropout_rate = dropout
+        self.source_embedding = keras.layers.Embedding(source_vocab_size, embedding_dim,
+                                                       name="source_embedding")
+        self.encoder = ResettableRNN(keras.layers.GRUCell(hidden_dim), bidirectional=True,
+                                     name="encoder")
+        self.bridge = keras.layers.Dense(hidden_dim, activation="tanh", name="bridge")
+        self.target_embedding = keras.layers.Embedding(target_vocab_size, embedding_dim,
+                                                       name="target_embedding")
+        self.embedding_dropout = keras.layers.Dropout(dropout, name="embedding_dropout")
+        self.decoder = ResettableRNN(keras.layers.GRUCell(hidden_dim), return_state=True,
+                                     name="decoder")
+        self.attention = MaskedAttention("additive", name="attention")
+        self.projection = keras.layers.Dense(hidden_dim, activation="tanh", name="projection")
+        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
+        self.logits = keras.layers.Dense(target_vocab_size, dtype="float32", name="logits")
+
+    def call(self, inputs, training=None):
+        source, source_lengths = _dense(inputs["source"])
+        target, target_lengths = _dense(inputs["target_in"])
+        source_lengths = inputs.get("source_length", source_lengths)
+        target_lengths = inputs.get("target_in_length", target_lengths)
+        source_segments = _segment_ids(source, source_lengths,
+                                       inputs.get("source_segment_ids"))
+        target_segments = _segment_ids(target, target_lengths,
+                                       inputs.get("target_in_segment_ids"))
+        memory = self.encoder(self.source_embedding(source), segment_ids=source_segments,
+                              training=training)
+        # same[b, t, s]: source step s is in target step t's example.
+        same = tf.logical_and(
+            tf.equal(target_segments[:, :, None], source_segments[:, None, :]),
+            source_segments[:, None, :] > 0)
+        same = tf.cast(same, memory.dtype)
+        count = tf.maximum(tf.reduce_sum(same, axis=-1, keepdims=True), 1)
+        summary = self.bridge(tf.matmul(same, memory) / count)  # [B, T, H]
+        y = self.embedding_dropout(self.target_embedding(target), training=training)
+        decoded, _ = self.decoder(tf.concat([y, tf.cast(summary, y.dtype)], axis=-1),
+                                  segment_ids=target_segments, training=training)
+        context = self.attention(decoded, memory, query_segment_ids=target_segments,
+                                 value_segment_ids=source_segments)
+        return self._head(decoded, context, training)
+
+    def _head(self, decoded, context, training=None):
+        h = self.projection(tf.concat([decoded, tf.cast(context, decoded.dtype)], axis=-1))
+        return self.logits(self.output_dropout(h, training=training))
+
+    def encode(self, source, lengths):
+        """The source side of decoding, for ``decode_step``.
+
+        Args:
+          source: int32 ``[B, S]`` padded with 0. lengths: int32 ``[B]``.
+
+        Returns:
+          ``(memory [B, S, 2H], state)``; ``state`` is ``(decoder state [B, H] (zeros),
+          summary [B, H])``.
+        """
+        valid = tf.sequence_mask(lengths, tf.shape(source)[1], dtype=tf.int32)
+        memory = self.encoder(self.source_embedding(source), segment_ids=valid)
+        weights = tf.cast(valid, memory.dtype)[:, :, None]
+        count = tf.maximum(tf.reduce_sum(weights, axis=1), 1)
+        summary = self.bridge(tf.reduce_sum(memory * weights, axis=1) / count)
+        h = tf.zeros([tf.shape(source)[0], self.hidden_dim], summary.dtype)
+        return memory, (h, summary)
+
+    def decode_step(self, token, state, memory, lengths):
+        """One greedy step: ``token`` int32 ``[B, 1]`` -> ``(logits float32 [B, V], state)``."""
+        h, summary = state
+        y = self.target_embedding(token)
+        x = tf.concat([y, tf.cast(summary, y.dtype)[:, None, :]], axis=-1)
+        decoded, h = self.decoder(x, initial_state=[h])
+        context = self.attention(decoded, memory, value_lengths=lengths)
+        return tf.cast(self._head(decoded, context), tf.float32)[:, 0, :], (h, summary)
+
+    def get_config(self):
+        return {**super().get_config(), "source_vocab_size": self.source_vocab_size,
+                "target_vocab_size": self.target_vocab_size,
+                "embedding_dim": self.embedding_dim, "hidden_dim": self.hidden_dim,
+                "dropout": self.dropout_rate}
+
+
 def build_model(config, info, model_config: ModelConfig = ModelConfig()) -> keras.Model:
-    """A compiled translation model over ``info["source_vocab"]`` -> ``info["target_vocab"]``."""
-    hidden = model_config.hidden_dim
-    source = keras.Input(shape=(None,), dtype="int32", name="source")
-    source_length = keras.Input(shape=(), dtype="int32", name="source_length")
-    target_in = keras.Input(shape=(None,), dtype="int32", name="target_in")
-    target_length = keras.Input(shape=(), dtype="int32", name="target_in_length")
-
-    x = keras.layers.Embedding(info["source_vocab"].size, model_config.embedding_dim,
-                               name="source_embedding")(source)
-    encoder = RaggedRNN(keras.layers.Bidirectional(
-        keras.layers.GRU(hidden, return_sequences=True, return_state=True)), name="encoder")
-    memory, forward_state, backward_state = encoder(x, lengths=source_length)
-    states = keras.layers.Concatenate(name="encoder_states")([forward_state, backward_state])
-    initial_state = keras.layers.Dense(hidden, activation="tanh", name="bridge")(states)
-
-    y = keras.layers.Embedding(info["target_vocab"].size, model_config.embedding_dim,
-                               name="target_embedding")(target_in)
-    y = keras.layers.Dropout(model_config.dropout)(y)
-    decoder = RaggedRNN(keras.layers.GRU(hidden, return_sequences=True, return_state=True),
-                        name="decoder")
-    decoded, _ = decoder(y, lengths=target_length, initial_state=[initial_state])
-    context = MaskedAttention("additive", name="attention")(
-        decoded, memory, query_lengths=target_length, value_lengths=source_length)
-    h = keras.layers.Concatenate(name="decoder_and_context")([decoded, context])
-    h = keras.layers.Dense(hidden, activation="tanh", name="projection")(h)
-    h = keras.layers.Dropout(model_config.dropout)(h)
-    logits = keras.layers.Dense(info["target_vocab"].size, dtype="float32", name="logits")(h)
-
-    model = keras.Model({"source": source, "source_length": source_length,
-                         "target_in": target_in, "target_in_length": target_length},
-                        logits, name="translator")
+    """A compiled ``Translator`` over ``info["source_vocab"]`` -> ``info["target_vocab"]``;
+    the same model for every batching."""
+    model = Translator(info["source_vocab"].size, info["target_vocab"].size,
+                       embedding_dim=model_config.embedding_dim,
+                       hidden_dim=model_config.hidden_dim, dropout=model_config.dropout,
+                       name="translator")
+    model({"source": tf.ones([1, 1], tf.int32), "source_length": tf.ones([1], tf.int32),
+           "target_in": tf.ones([1, 1], tf.int32), "target_in_length": tf.ones([1], tf.int32)})
     model.compile(
         optimizer=keras.optimizers.Adam(model_config.learning_rate, clipnorm=1.0),
         loss=keras.losses.SparseCategoricalCrossentropy(
@@ -89,23 +200,17 @@ def greedy_decode(model: keras.Model, source, source_length, *, max_length: int,
     Returns:
       int32 ``[B, max_length]`` generated ids; after a row's ``</s>`` (kept) everything is 0.
     """
-    layer = model.get_layer
     source = tf.convert_to_tensor(source, tf.int32)
     source_length = tf.convert_to_tensor(source_length, tf.int32)
-    memory, forward_state, backward_state = layer("encoder")(
-        layer("source_embedding")(source), lengths=source_length)
-    state = layer("bridge")(layer("encoder_states")([forward_state, backward_state]))
-    penalty = np.zeros([layer("logits").units], np.float32)
+    memory, state = model.encode(source, source_length)
+    penalty = np.zeros([model.target_vocab_size], np.float32)
     penalty[list(suppress_ids)] = -np.inf
     token = tf.fill([tf.shape(source)[0], 1], tf.constant(bos_id, tf.int32))
     done = tf.zeros([tf.shape(source)[0]], tf.bool)
     outputs = []
     for _ in range(max_length):
-        decoded, state = layer("decoder")(layer("target_embedding")(token), initial_state=[state])
-        context = layer("attention")(decoded, memory, value_lengths=source_length)
-        h = layer("projection")(layer("decoder_and_context")([decoded, context]))
-        logits = tf.cast(layer("logits")(h), tf.float32) + penalty
-        token = tf.argmax(logits, axis=-1, output_type=tf.int32)  # [B, 1]
+        logits, state = model.decode_step(token, state, memory, source_length)
+        token = tf.argmax(logits + penalty, axis=-1, output_type=tf.int32)[:, None]  # [B, 1]
         outputs.append(tf.where(done, 0, token[:, 0]))
         done = tf.logical_or(done, tf.equal(token[:, 0], eos_id))
         if bool(tf.reduce_all(done)):
@@ -116,7 +221,10 @@ def greedy_decode(model: keras.Model, source, source_length, *, max_length: int,
 
 def decode_examples(model: keras.Model, eval_ds: tf.data.Dataset, info: dict,
                     count: int = 3) -> list[str]:
-    """``count`` held-out examples as text lines: source, reference and greedy hypothesis."""
+    """``count`` held-out examples as text lines: source, reference and greedy hypothesis.
+
+    ``eval_ds`` holds padded batches (``pipelines.translate`` evaluates padded in every
+    batching mode)."""
     features, targets, _ = next(iter(eval_ds))
     features = {k: v[:count] for k, v in features.items()}
     hypotheses = greedy_decode(model, features["source"], features["source_length"],

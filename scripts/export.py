@@ -91,25 +91,9 @@ def restore_model(model_dir: str, task: str, config):
 
 
 def _translate_fns(model):
-    """(encode_fn, step_fn) for ``tfseq.serving.ServedTranslator`` from the layers of
-    ``models.translate.build_model`` (the same steps as its ``greedy_decode``)."""
-    import tensorflow as tf
-
-    layer = model.get_layer
-
-    def encode_fn(source, lengths):
-        memory, forward, backward = layer("encoder")(layer("source_embedding")(source),
-                                                     lengths=lengths)
-        return memory, layer("bridge")(layer("encoder_states")([forward, backward]))
-
-    def step_fn(token, state, memory, lengths):
-        decoded, state = layer("decoder")(layer("target_embedding")(token),
-                                          initial_state=[state])
-        context = layer("attention")(decoded, memory, value_lengths=lengths)
-        h = layer("projection")(layer("decoder_and_context")([decoded, context]))
-        return tf.cast(layer("logits")(h), tf.float32)[:, 0, :], state
-
-    return encode_fn, step_fn
+    """(encode_fn, step_fn) for ``tfseq.serving.ServedTranslator``: the ``encode`` and
+    ``decode_step`` of ``models.translate.Translator`` (the steps of its ``greedy_decode``)."""
+    return model.encode, model.decode_step
 
 
 def export_run(model_dir: str, task: str, config, model, info: dict,

@@ -94,3 +94,34 @@ def test_replicas_on_a_task_without_support_fail_clearly(tmp_path):
     out = train("--task=lm", "--num_replicas=2", f"--model_dir={tmp_path / 'x'}")
     assert out.returncode != 0
     assert "--num_replicas/--data_service are not supported by --task=lm" in out.stderr
+
+
+@pytest.mark.slow
+def test_translate_trains_on_packed_batches_and_reports_real_tokens(tmp_path):
+    import tensorflow as tf
+
+    from tfseq import formats
+
+    en, es = "one two three four".split(), "uno dos tres cuatro".split()
+    pairs = [[(i >> (2 * j)) % 4 for j in range(2 + i % 3)] for i in range(120)]  # distinct
+    lines = [(" ".join(en[k] for k in p), " ".join(es[k] for k in p)) for p in pairs]
+    (tmp_path / "t.en").write_text("".join(s + "\n" for s, _ in lines))
+    (tmp_path / "t.es").write_text("".join(t + "\n" for _, t in lines))
+    run = tmp_path / "run"
+    out = train("--task=translate", f"--source_files={tmp_path / 't.en'}",
+                f"--target_files={tmp_path / 't.es'}", "--batching=pack", "--block_length=16",
+                "--max_tokens=128", "--max_length=8", "--epochs=1", "--export=false",
+                f"--model_dir={run}", "--verbose=0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((run / "report.json").read_text())
+    assert report["config"]["batching"] == "pack" and report["steps"] > 0
+    train_counts = report["counters"]["train"]
+    assert train_counts["seen"]["lines_read"] == 120
+    held_out = formats.in_eval_split(tf.constant([f"{s}\t{t}" for s, t in lines]), 5).numpy()
+    assert train_counts["drops"] == {**{k: 0 for k in train_counts["drops"]},
+                                     "other_split": int(held_out.sum())}
+    # The training batches hold exactly the real tokens of the training pairs: n source words
+    # and n + 1 targets (w1 .. wn </s>) per pair, no padding counted.
+    assert report["real_tokens"] == sum(2 * len(p) + 1 for p, out_ in zip(pairs, held_out)
+                                        if not out_)
+    assert 0.0 < report["eval"]["accuracy"] <= 1.0 and report["eval"]["loss"] > 0.0
