@@ -112,6 +112,17 @@ def test_packed_batch_and_packed_dummy_row():
     )]
 
 
+def test_packed_dummy_row_with_a_per_segment_length_table():
+    # pack turns an example's ids_length into a [B, S] per-segment table: a dummy row gets a
+    # table for its one pad token (segment 1, length 1), not a [count] vector.
+    ds = one_batch(ids=tf.constant([[5, 6, 7, 0], [8, 9, 0, 0]]),
+                   ids_segment_ids=tf.constant([[1, 1, 2, 0], [1, 1, 0, 0]]),
+                   ids_length=tf.constant([[2, 1, 0, 0], [2, 0, 0, 0]]))
+    [parts] = to_list(ds.apply(split_batch(3, equal_rows=True)))
+    assert [p["ids_length"] for p in parts] == [[[2, 1, 0, 0]], [[2, 0, 0, 0]], [[1, 0, 0, 0]]]
+    assert [p["weight"] for p in parts] == [[1.0], [1.0], [0.0]]
+
+
 def test_packed_tokens_balance_counts_segment_ids():
     ds = one_batch(ids=tf.constant([[1, 0, 0], [2, 2, 2], [3, 3, 0], [4, 0, 0]]),
                    ids_segment_ids=tf.constant([[1, 0, 0], [1, 1, 2], [1, 1, 0], [1, 0, 0]]))

@@ -203,9 +203,10 @@ def _append_dummy_rows(part: dict, count: tf.Tensor, roles: dict[str, str]) -> d
             else:
                 dummy = tf.RaggedTensor.from_row_lengths(
                     value.values[:0], tf.zeros([count], splits_dtype))
-        elif role == "one":
+        elif role == "one" and value.shape.rank == 1:
             dummy = tf.ones([count], value.dtype)
-        elif role in ("pad", "first"):
+        elif role in ("pad", "first", "one"):  # "one" of rank 2: a per-segment table (pack)
+            role = "first" if role == "one" else role
             value, width = _widen(value)
             dummy = tf.zeros([count, width], value.dtype)
             if role == "first":
