@@ -437,7 +437,8 @@ def bucket_by_length(
         seed_b = tf.stack([pool_seed, tf.constant(2, tf.int64)])
         order = tf.range(tf.size(lengths))
         if shuffle:
-            order = tf.argsort(tf.random.stateless_uniform(tf.shape(lengths), seed=seed_a))
+            order = tf.random.experimental.stateless_shuffle(tf.range(tf.size(lengths)),
+                                                             seed=seed_a)
         key = _sort_key(tf.gather(lengths, order), boundaries, bucket_width, length_noise,
                         seed_b)
         if keep is not None:  # dropped examples sort last (keys are >= 0) and are cut off
