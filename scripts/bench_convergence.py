@@ -25,10 +25,13 @@ Schemes, all under the same token budget ``--max_tokens`` (cells per batch):
 
 The first scheme is the baseline. Reported per scheme: held-out metric per epoch (seed mean and
 spread = max - min), mean cumulative seconds, optimizer steps and input tokens per step, and the
-seconds at which each seed first reaches the baseline's best seed-mean metric (within 0.005
-accuracy / 1% of loss), with their mean when every seed reaches it. Seconds exclude graph
+seconds at which the seed-mean curve first reaches the baseline's best seed-mean metric (within
+0.005 accuracy / 1% of loss; epoch ends only), also as a fraction of the baseline's own time to
+it, and how many seeds reach it. Seconds exclude graph
 tracing: before timing, the model is fitted on a few batches of distinct shapes, then its
-weights and optimizer state are restored.
+weights and optimizer state are restored. ``--lr_scaling=sqrt|linear`` scales each scheme's
+learning rate with its input tokens per step against the baseline's (Adam, the models'
+default rate otherwise).
 
 ``--corpus=skewed`` writes a generated corpus with long-tailed lengths (log-normal, median 10
 tokens, up to 120) to ``--data_dir`` and trains on it through the pipelines' user-file options
@@ -76,9 +79,14 @@ flags.DEFINE_integer("skewed_lines", 4000, "skewed corpus: training lines (eval:
 flags.DEFINE_string("data_dir", "/tmp/tfseq_convergence", "Where generated corpora go.")
 flags.DEFINE_integer("max_tokens", 2048, "Token budget per batch, every scheme.")
 flags.DEFINE_float("learning_rate", None, "Override the model's learning rate (every scheme).")
+flags.DEFINE_enum("lr_scaling", "none", ["none", "sqrt", "linear"], "Scale each scheme's "
+                  "learning rate by (its tokens per step / the baseline's), its square root, "
+                  "or not at all.")
 flags.DEFINE_string("sweep", None, "knob:v1,v2,... for the bucket scheme (pool_budgets, "
                     "length_noise, bucket_width).")
 flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
+flags.DEFINE_list("from_json", None, "Train nothing: summarize (and plot) the runs of these "
+                  "--json_out files, per task and corpus, the first scheme of each the baseline.")
 flags.DEFINE_string("plot", None, "Write a PNG of held-out metric vs wall seconds here.")
 
 SWEEP_KNOBS = ("pool_budgets", "length_noise", "bucket_width")
@@ -216,41 +224,58 @@ def batch_shape_stats(batches) -> dict:
             "padding_efficiency": round(float(tokens.sum() / cells.sum()), 3)}
 
 
-def warm_up(model, train_ds) -> dict:
-    """One pass over ``train_ds`` (untimed): its batch shape stats; the model is fitted on up to
-    3 batches of distinct shapes (the graph traces, and Keras relaxes the shapes), then its
-    weights and optimizer state are restored."""
-    import tensorflow as tf
+def one_pass(train_ds) -> tuple[dict, list]:
+    """One (untimed) pass over ``train_ds``: its batch shape stats and up to 3 batches of
+    distinct shapes."""
     ids, distinct = [], {}
     for batch in train_ds:
         shape = tuple(batch[0]["ids"].shape)
         ids.append(batch[0]["ids"].numpy())
         if shape not in distinct and len(distinct) < 3:
             distinct[shape] = batch
+    return batch_shape_stats(ids), list(distinct.values())
+
+
+def warm_up(model, batches):
+    """Fits ``model`` on ``batches`` (the graph traces, and Keras relaxes the shapes), then
+    restores its weights and optimizer state, so that the timed epochs exclude tracing."""
+    import tensorflow as tf
     weights = model.get_weights()
     # Before its first step the optimizer holds its step count and learning rate only; the
     # moments it creates then start at zero.
     before = {id(v): v.numpy() for v in model.optimizer.variables}
-    for batch in distinct.values():
+    for batch in batches:
         model.train_on_batch(*batch)
     model.set_weights(weights)
     for v in model.optimizer.variables:
         v.assign(before[id(v)] if id(v) in before else tf.zeros_like(v))
-    return batch_shape_stats(ids)
 
 
-def run(task: str, scheme: str, seed: int, data: dict, knob=None, value=None) -> dict:
+def lr_factor(tokens_per_step: float, baseline_tokens: float | None, scaling: str) -> float:
+    """The learning-rate multiplier of a scheme whose batches carry ``tokens_per_step`` input
+    tokens against the baseline's ``baseline_tokens``: 1 (``"none"``), the ratio's square root
+    (``"sqrt"``) or the ratio (``"linear"``)."""
+    if scaling == "none" or not baseline_tokens:
+        return 1.0
+    ratio = tokens_per_step / baseline_tokens
+    return math.sqrt(ratio) if scaling == "sqrt" else ratio
+
+
+def run(task: str, scheme: str, seed: int, data: dict, knob=None, value=None,
+        baseline_tokens: float | None = None) -> dict:
     import keras
 
     pipeline, model_module, config = task_config(task, scheme, seed, data)
     keras.utils.set_random_seed(seed)
     with bucketing(scheme, knob, value, FLAGS.max_tokens):
         train_ds, eval_ds, info = pipeline.datasets(config)
+    shapes, distinct = one_pass(train_ds)
     model_config = model_module.ModelConfig()
-    if FLAGS.learning_rate:
-        model_config = dataclasses.replace(model_config, learning_rate=FLAGS.learning_rate)
+    lr = (FLAGS.learning_rate or model_config.learning_rate) * lr_factor(
+        shapes["tokens_per_step"], baseline_tokens, FLAGS.lr_scaling)
+    model_config = dataclasses.replace(model_config, learning_rate=lr)
     model = model_module.build_model(config, info, model_config)
-    shapes = warm_up(model, train_ds)
+    warm_up(model, distinct)
     seconds, epochs = 0.0, []
     for _ in range(FLAGS.epochs):
         start = time.perf_counter()
@@ -260,9 +285,9 @@ def run(task: str, scheme: str, seed: int, data: dict, knob=None, value=None) ->
         key = "loss" if task == "lm" else next(k for k in result if "acc" in k)
         epochs.append({"seconds": round(seconds, 2), "metric": float(result[key])})
     label = scheme if knob is None else f"{scheme} {knob}={value}"
-    logging.info("%s %s seed %d: %s %s", task, label, seed, epochs, shapes)
+    logging.info("%s %s seed %d lr %.4g: %s %s", task, label, seed, lr, epochs, shapes)
     return {"task": task, "scheme": label, "seed": seed, "batch_size": config.batch_size,
-            "shapes": shapes, "epochs": epochs}
+            "learning_rate": lr, "shapes": shapes, "epochs": epochs}
 
 
 # ----------------------------------------------------------------------------- summary
@@ -290,49 +315,54 @@ def baseline_target(runs, higher: bool) -> tuple[float, float]:
 
 
 def summarize(task: str, by_scheme: dict, baseline: str | None = None) -> dict:
-    """Per scheme: seed mean and spread of the metric per epoch, mean seconds, the per-seed
-    seconds to the baseline's target, their mean (None unless every seed reaches it), the
-    ratio of that mean to the baseline's total mean seconds, and the mean batch shape stats.
-    ``baseline`` defaults to the first scheme."""
+    """Per scheme: seed mean and spread of the metric per epoch, mean seconds per epoch, the
+    seconds at which the seed-mean curve first reaches the baseline's target (None if it never
+    does), that time as a fraction of the baseline's own time to it, each seed's time to it
+    (``time_to``) and the mean batch shape stats. ``baseline`` defaults to the first scheme."""
     higher = task == "classify"
     baseline = baseline or next(iter(by_scheme))
     best, target = baseline_target(by_scheme[baseline], higher)
-    base_seconds = float(np.mean([r["epochs"][-1]["seconds"] for r in by_scheme[baseline]]))
     rows = []
     for scheme, runs in by_scheme.items():
         m = np.array([[e["metric"] for e in r["epochs"]] for r in runs])
         s = np.array([[e["seconds"] for e in r["epochs"]] for r in runs])
-        times = time_to(runs, target, higher)
-        mean_time = None if None in times else round(float(np.mean(times)), 2)
+        mean_run = {"epochs": [{"seconds": float(t), "metric": float(v)}
+                               for t, v in zip(s.mean(0), m.mean(0))]}
         shapes = {k: round(float(np.mean([r["shapes"][k] for r in runs])), 3)
                   for k in runs[0].get("shapes", {})}
+        seconds = time_to([mean_run], target, higher)[0]
         rows.append({"scheme": scheme, "metric_mean": m.mean(0).round(4).tolist(),
                      "metric_spread": (m.max(0) - m.min(0)).round(4).tolist(),
                      "seconds_mean": s.mean(0).round(1).tolist(),
-                     "seconds_to_target": times, "seconds_to_target_mean": mean_time,
-                     "fraction_of_baseline_time": (None if mean_time is None
-                                                   else round(mean_time / base_seconds, 2)),
+                     "seconds_to_target": None if seconds is None else round(seconds, 2),
+                     "seeds_to_target": time_to(runs, target, higher),
+                     "learning_rate": float(np.mean([r.get("learning_rate", 0) for r in runs])),
                      **shapes})
+    base_seconds = rows[list(by_scheme).index(baseline)]["seconds_to_target"]
+    for row in rows:
+        row["fraction_of_baseline_time"] = (
+            None if row["seconds_to_target"] is None or not base_seconds
+            else round(row["seconds_to_target"] / base_seconds, 2))
     return {"task": task, "metric": "accuracy" if higher else "loss", "baseline": baseline,
             "baseline_best": round(best, 4), "target": round(target, 4),
-            "baseline_seconds": round(base_seconds, 2), "schemes": rows}
+            "baseline_seconds": base_seconds, "schemes": rows}
 
 
 def format_summary(summary: dict) -> str:
     lines = [f"{summary['task']} ({summary['metric']}): baseline {summary['baseline']} best "
-             f"{summary['baseline_best']:.4f}, target {summary['target']:.4f}, baseline "
-             f"{summary['baseline_seconds']:.1f} s"]
+             f"{summary['baseline_best']:.4f}, target {summary['target']:.4f}, reached by the "
+             f"baseline at {summary['baseline_seconds']} s"]
     for row in summary["schemes"]:
         per_epoch = " / ".join(f"{m:.4f}({s:.3f})"
                                for m, s in zip(row["metric_mean"], row["metric_spread"]))
-        reached = sum(t is not None for t in row["seconds_to_target"])
+        reached = sum(t is not None for t in row["seeds_to_target"])
         lines.append(
             f"  {row['scheme']:24} {per_epoch} at {row['seconds_mean'][-1]:.1f} s; "
-            f"target {reached}/{len(row['seconds_to_target'])} seeds, mean "
-            f"{row['seconds_to_target_mean']} s ({row['fraction_of_baseline_time']}x); "
+            f"target at {row['seconds_to_target']} s ({row['fraction_of_baseline_time']}x), "
+            f"{reached}/{len(row['seeds_to_target'])} seeds; "
             f"{row.get('steps', '?')} steps x {row.get('tokens_per_step', '?')} tokens "
             f"({row.get('rows', '?')} x {row.get('length', '?')}, padding eff "
-            f"{row.get('padding_efficiency', '?')})")
+            f"{row.get('padding_efficiency', '?')}), lr {row['learning_rate']:.3g}")
     return "\n".join(lines)
 
 
@@ -368,8 +398,32 @@ def parse_sweep(text: str):
     return knob, values.split(",")
 
 
+def resummarize(paths) -> list:
+    """Summaries of the runs stored in ``--json_out`` files, one per (task, corpus)."""
+    groups = {}
+    for path in paths:
+        with open(path) as f:
+            stored = json.load(f)
+        corpus = stored["flags"]["corpus"]
+        for r in stored["runs"]:
+            groups.setdefault((r["task"], corpus), {}).setdefault(r["scheme"], []).append(r)
+    summaries = []
+    for (task, corpus), by_scheme in groups.items():
+        summary = summarize(task, by_scheme)
+        summary["corpus"] = corpus
+        summaries.append(summary)
+    return summaries
+
+
 def main(argv):
     del argv
+    if FLAGS.from_json:
+        summaries = resummarize(FLAGS.from_json)
+        for summary in summaries:
+            print(f"[{summary['corpus']}] " + format_summary(summary))
+        if FLAGS.plot:
+            plot(summaries, FLAGS.plot)
+        return
     seeds = [int(s) for s in FLAGS.seeds]
     sweep = parse_sweep(FLAGS.sweep) if FLAGS.sweep else None
     os.makedirs(FLAGS.data_dir, exist_ok=True)
@@ -383,13 +437,18 @@ def main(argv):
     summaries, raw = [], []
     print("shared, loaded 2-core machine: compare wall seconds within this run only")
     for task in FLAGS.tasks:
-        by_scheme = {}
+        by_scheme, base_tokens = {}, None
         for scheme in FLAGS.schemes:
-            by_scheme[scheme] = [run(task, scheme, seed, data) for seed in seeds]
+            by_scheme[scheme] = [run(task, scheme, seed, data, baseline_tokens=base_tokens)
+                                 for seed in seeds]
+            if base_tokens is None:
+                base_tokens = float(np.mean([r["shapes"]["tokens_per_step"]
+                                             for r in by_scheme[scheme]]))
         if sweep:
             knob, values = sweep
             for value in values:
-                runs = [run(task, "bucket", seed, data, knob, value) for seed in seeds]
+                runs = [run(task, "bucket", seed, data, knob, value, base_tokens)
+                        for seed in seeds]
                 by_scheme[runs[0]["scheme"]] = runs
         for runs in by_scheme.values():
             raw.extend(runs)
@@ -402,7 +461,8 @@ def main(argv):
         with open(FLAGS.json_out, "w") as f:
             json.dump({"flags": {k: FLAGS[k].value for k in (
                 "tasks", "schemes", "seeds", "epochs", "corpus", "lm_max_lines",
-                "classify_max_lines", "skewed_lines", "max_tokens", "learning_rate", "sweep")},
+                "classify_max_lines", "skewed_lines", "max_tokens", "learning_rate", "lr_scaling",
+                "sweep")},
                 "summaries": summaries, "runs": raw}, f, indent=1)
     if FLAGS.plot:
         plot(summaries, FLAGS.plot)
