@@ -28,7 +28,7 @@ spread = max - min), mean cumulative seconds, optimizer steps and input tokens p
 seconds at which the seed-mean curve first reaches the baseline's best seed-mean metric (within
 0.005 accuracy / 1% of loss; epoch ends only), also as a fraction of the baseline's own time to
 it, and how many seeds reach it. Seconds exclude graph
-tracing: before timing, the model is fitted on a few batches of distinct shapes, then its
+tracing: before timing, the model is fitted on 3 batches and evaluated on one, then its
 weights and optimizer state are restored. ``--lr_scaling=sqrt|linear`` scales each scheme's
 learning rate with its input tokens per step against the baseline's (Adam, the models'
 default rate otherwise).
@@ -224,28 +224,23 @@ def batch_shape_stats(batches) -> dict:
             "padding_efficiency": round(float(tokens.sum() / cells.sum()), 3)}
 
 
-def one_pass(train_ds) -> tuple[dict, list]:
-    """One (untimed) pass over ``train_ds``: its batch shape stats and up to 3 batches of
-    distinct shapes."""
-    ids, distinct = [], {}
-    for batch in train_ds:
-        shape = tuple(batch[0]["ids"].shape)
-        ids.append(batch[0]["ids"].numpy())
-        if shape not in distinct and len(distinct) < 3:
-            distinct[shape] = batch
-    return batch_shape_stats(ids), list(distinct.values())
+def one_pass(train_ds) -> dict:
+    """The batch shape stats of one (untimed) pass over ``train_ds``."""
+    return batch_shape_stats([batch[0]["ids"].numpy() for batch in train_ds])
 
 
-def warm_up(model, batches):
-    """Fits ``model`` on ``batches`` (the graph traces, and Keras relaxes the shapes), then
-    restores its weights and optimizer state, so that the timed epochs exclude tracing."""
+def warm_up(model, train_ds, eval_ds, steps: int = 3):
+    """Fits ``model`` on ``steps`` batches of ``train_ds`` (the train function traces for the
+    dataset's element spec, as ``fit`` will call it) and evaluates it on one batch of
+    ``eval_ds``, then restores its weights and optimizer state: the timed epochs exclude
+    tracing."""
     import tensorflow as tf
     weights = model.get_weights()
     # Before its first step the optimizer holds its step count and learning rate only; the
     # moments it creates then start at zero.
     before = {id(v): v.numpy() for v in model.optimizer.variables}
-    for batch in batches:
-        model.train_on_batch(*batch)
+    model.fit(train_ds.take(steps), epochs=1, verbose=0)
+    model.evaluate(eval_ds.take(1), verbose=0)
     model.set_weights(weights)
     for v in model.optimizer.variables:
         v.assign(before[id(v)] if id(v) in before else tf.zeros_like(v))
@@ -269,13 +264,13 @@ def run(task: str, scheme: str, seed: int, data: dict, knob=None, value=None,
     keras.utils.set_random_seed(seed)
     with bucketing(scheme, knob, value, FLAGS.max_tokens):
         train_ds, eval_ds, info = pipeline.datasets(config)
-    shapes, distinct = one_pass(train_ds)
+    shapes = one_pass(train_ds)
     model_config = model_module.ModelConfig()
     lr = (FLAGS.learning_rate or model_config.learning_rate) * lr_factor(
         shapes["tokens_per_step"], baseline_tokens, FLAGS.lr_scaling)
     model_config = dataclasses.replace(model_config, learning_rate=lr)
     model = model_module.build_model(config, info, model_config)
-    warm_up(model, distinct)
+    warm_up(model, train_ds, eval_ds)
     seconds, epochs = 0.0, []
     for _ in range(FLAGS.epochs):
         start = time.perf_counter()
@@ -334,6 +329,7 @@ def summarize(task: str, by_scheme: dict, baseline: str | None = None) -> dict:
         rows.append({"scheme": scheme, "metric_mean": m.mean(0).round(4).tolist(),
                      "metric_spread": (m.max(0) - m.min(0)).round(4).tolist(),
                      "seconds_mean": s.mean(0).round(1).tolist(),
+                     "seconds_spread": round(float(s[:, -1].max() - s[:, -1].min()), 1),
                      "seconds_to_target": None if seconds is None else round(seconds, 2),
                      "seeds_to_target": time_to(runs, target, higher),
                      "learning_rate": float(np.mean([r.get("learning_rate", 0) for r in runs])),
@@ -357,7 +353,8 @@ def format_summary(summary: dict) -> str:
                                for m, s in zip(row["metric_mean"], row["metric_spread"]))
         reached = sum(t is not None for t in row["seeds_to_target"])
         lines.append(
-            f"  {row['scheme']:24} {per_epoch} at {row['seconds_mean'][-1]:.1f} s; "
+            f"  {row['scheme']:24} {per_epoch} at {row['seconds_mean'][-1]:.1f} s "
+            f"(spread {row.get('seconds_spread', 0):.1f}); "
             f"target at {row['seconds_to_target']} s ({row['fraction_of_baseline_time']}x), "
             f"{reached}/{len(row['seeds_to_target'])} seeds; "
             f"{row.get('steps', '?')} steps x {row.get('tokens_per_step', '?')} tokens "
