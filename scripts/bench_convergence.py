@@ -51,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import gzip
 import json
 import math
 import os
@@ -98,7 +99,7 @@ TFDATA_WIDTH = 8
 def verse_sample(path: str, lines: int, out: str, seed: int = 0) -> str:
     """Writes a random sample of ``lines`` lines of the verse file ``path`` (file order kept) to
     ``out``; every section of the canon stays represented, unlike the first lines."""
-    with open(path, encoding="utf-8") as f:
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
         all_lines = f.readlines()
     keep = sorted(random.Random(seed).sample(range(len(all_lines)), min(lines, len(all_lines))))
     with open(out, "w", encoding="utf-8") as f:
@@ -371,8 +372,12 @@ def plot(summaries, path: str):
     except ImportError:
         logging.warning("matplotlib is not installed (pip install tfseq[plot]); no plot")
         return
-    fig, axes = plt.subplots(1, len(summaries), figsize=(5 * len(summaries), 4), squeeze=False)
-    for ax, summary in zip(axes[0], summaries):
+    cols = min(len(summaries), 2)
+    rows = -(-len(summaries) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4.2 * rows), squeeze=False)
+    for ax in axes.flat[len(summaries):]:
+        ax.set_visible(False)
+    for ax, summary in zip(axes.flat, summaries):
         for row in summary["schemes"]:
             ax.errorbar(row["seconds_mean"], row["metric_mean"],
                         yerr=np.array(row["metric_spread"]) / 2, marker="o", capsize=2,
