@@ -43,7 +43,8 @@ the bucket scheme once per value of a ``tfseq.bucket_by_length`` argument (``poo
 
 ``--plot`` draws held-out metric vs wall seconds (matplotlib, the optional ``plot`` extra;
 skipped with a warning without it). Wall seconds come from a shared, loaded 2-core machine
-unless you run it elsewhere: compare them within one run only.
+unless you run it elsewhere: compare them within one run only. Each epoch also records the
+process's CPU seconds; ``--from_json=... --clock=cpu`` summarizes those instead.
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ flags.DEFINE_enum("lr_scaling", "none", ["none", "sqrt", "linear"], "Scale each 
 flags.DEFINE_string("sweep", None, "knob:v1,v2,... for the bucket scheme (pool_budgets, "
                     "length_noise, bucket_width).")
 flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
+flags.DEFINE_enum("clock", "wall", ["wall", "cpu"], "With --from_json: summarize wall seconds "
+                  "or this process's CPU seconds (less sensitive to other load on the machine).")
 flags.DEFINE_list("from_json", None, "Train nothing: summarize (and plot) the runs of these "
                   "--json_out files, per task and corpus, the first scheme of each the baseline.")
 flags.DEFINE_string("plot", None, "Write a PNG of held-out metric vs wall seconds here.")
@@ -272,14 +275,16 @@ def run(task: str, scheme: str, seed: int, data: dict, knob=None, value=None,
     model_config = dataclasses.replace(model_config, learning_rate=lr)
     model = model_module.build_model(config, info, model_config)
     warm_up(model, train_ds, eval_ds)
-    seconds, epochs = 0.0, []
+    seconds, cpu_seconds, epochs = 0.0, 0.0, []
     for _ in range(FLAGS.epochs):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         model.fit(train_ds, epochs=1, verbose=0)
         seconds += time.perf_counter() - start
+        cpu_seconds += time.process_time() - cpu_start
         result = model.evaluate(eval_ds, verbose=0, return_dict=True)
         key = "loss" if task == "lm" else next(k for k in result if "acc" in k)
-        epochs.append({"seconds": round(seconds, 2), "metric": float(result[key])})
+        epochs.append({"seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2),
+                       "metric": float(result[key])})
     label = scheme if knob is None else f"{scheme} {knob}={value}"
     logging.info("%s %s seed %d lr %.4g: %s %s", task, label, seed, lr, epochs, shapes)
     return {"task": task, "scheme": label, "seed": seed, "batch_size": config.batch_size,
@@ -408,6 +413,8 @@ def resummarize(paths) -> list:
             stored = json.load(f)
         corpus = stored["flags"]["corpus"]
         for r in stored["runs"]:
+            if FLAGS.clock == "cpu":  # time_to and the plot read "seconds"
+                r = {**r, "epochs": [{**e, "seconds": e["cpu_seconds"]} for e in r["epochs"]]}
             groups.setdefault((r["task"], corpus), {}).setdefault(r["scheme"], []).append(r)
     summaries = []
     for (task, corpus), by_scheme in groups.items():
