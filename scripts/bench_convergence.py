@@ -89,6 +89,7 @@ flags.DEFINE_string("sweep", None, "knob:v1,v2,... for the bucket scheme (pool_b
 flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 flags.DEFINE_enum("clock", "wall", ["wall", "cpu"], "With --from_json: summarize wall seconds "
                   "or this process's CPU seconds (less sensitive to other load on the machine).")
+flags.DEFINE_bool("markdown", False, "With --from_json: also print Markdown tables.")
 flags.DEFINE_list("from_json", None, "Train nothing: summarize (and plot) the runs of these "
                   "--json_out files, per task and corpus, the first scheme of each the baseline.")
 flags.DEFINE_string("plot", None, "Write a PNG of held-out metric vs wall seconds here.")
@@ -369,6 +370,28 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def markdown_table(summary: dict) -> str:
+    """A summary as a Markdown table (one row per scheme)."""
+    unit = "accuracy" if summary["metric"] == "accuracy" else "loss"
+    lines = [f"| scheme | steps/epoch x tokens/step (rows x length, padding eff.) | held-out "
+             f"{unit} per epoch, seed mean (spread) | s after the last epoch (spread) | "
+             f"reaches {summary['target']:.3f}: s (x baseline), seeds |",
+             "| --- | --- | --- | --- | --- |"]
+    for row in summary["schemes"]:
+        per_epoch = " / ".join(f"{m:.3f} ({s:.3f})"
+                               for m, s in zip(row["metric_mean"], row["metric_spread"]))
+        reached = sum(t is not None for t in row["seeds_to_target"])
+        to = ("never" if row["seconds_to_target"] is None else
+              f"{row['seconds_to_target']:.1f} ({row['fraction_of_baseline_time']:.2f}x)")
+        lines.append(
+            f"| {row['scheme']} | {row.get('steps', 0):.0f} x {row.get('tokens_per_step', 0):.0f} "
+            f"({row.get('rows', 0):.1f} x {row.get('length', 0):.1f}, "
+            f"{row.get('padding_efficiency', 0):.2f}) | {per_epoch} | "
+            f"{row['seconds_mean'][-1]:.1f} ({row.get('seconds_spread', 0):.1f}) | "
+            f"{to}, {reached}/{len(row['seeds_to_target'])} |")
+    return "\n".join(lines)
+
+
 def plot(summaries, path: str):
     try:
         import matplotlib
@@ -430,6 +453,8 @@ def main(argv):
         summaries = resummarize(FLAGS.from_json)
         for summary in summaries:
             print(f"[{summary['corpus']}] " + format_summary(summary))
+            if FLAGS.markdown:
+                print(markdown_table(summary))
         if FLAGS.plot:
             plot(summaries, FLAGS.plot)
         return
