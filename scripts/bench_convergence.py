@@ -412,7 +412,7 @@ def plot(summaries, path: str):
                         label=row["scheme"])
         ax.axhline(summary["target"], color="gray", linestyle=":", linewidth=1)
         ax.set_title(f"{summary['task']} ({summary.get('corpus', '')})")
-        ax.set_xlabel("training wall seconds (mean over seeds)")
+        ax.set_xlabel(f"training {summary.get('clock', 'wall')} seconds (mean over seeds)")
         ax.set_ylabel(f"held-out {summary['metric']}")
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -430,19 +430,24 @@ def parse_sweep(text: str):
 
 def resummarize(paths) -> list:
     """Summaries of the runs stored in ``--json_out`` files, one per (task, corpus)."""
-    groups = {}
+    groups, clocks = {}, {}
     for path in paths:
         with open(path) as f:
             stored = json.load(f)
         corpus = stored["flags"]["corpus"]
         for r in stored["runs"]:
-            if FLAGS.clock == "cpu":  # time_to and the plot read "seconds"
+            key = (r["task"], corpus)
+            # time_to and the plot read "seconds"; runs stored before the CPU clock keep wall.
+            cpu = FLAGS.clock == "cpu" and all("cpu_seconds" in e for e in r["epochs"])
+            if cpu:
                 r = {**r, "epochs": [{**e, "seconds": e["cpu_seconds"]} for e in r["epochs"]]}
-            groups.setdefault((r["task"], corpus), {}).setdefault(r["scheme"], []).append(r)
+            clocks.setdefault(key, set()).add("CPU" if cpu else "wall")
+            groups.setdefault(key, {}).setdefault(r["scheme"], []).append(r)
     summaries = []
     for (task, corpus), by_scheme in groups.items():
         summary = summarize(task, by_scheme)
         summary["corpus"] = corpus
+        summary["clock"] = " and ".join(sorted(clocks[(task, corpus)]))
         summaries.append(summary)
     return summaries
 
@@ -452,7 +457,7 @@ def main(argv):
     if FLAGS.from_json:
         summaries = resummarize(FLAGS.from_json)
         for summary in summaries:
-            print(f"[{summary['corpus']}] " + format_summary(summary))
+            print(f"[{summary['corpus']}, {summary['clock']} seconds] " + format_summary(summary))
             if FLAGS.markdown:
                 print(markdown_table(summary))
         if FLAGS.plot:
