@@ -96,6 +96,7 @@ flags.DEFINE_string("plot", None, "Write a PNG of held-out metric vs wall second
 
 SWEEP_KNOBS = ("pool_budgets", "length_noise", "bucket_width")
 TFDATA_WIDTH = 8
+SCHEME_COLORS = {"pad": "C0", "pad:": "C1", "tfdata": "C2", "bucket": "C3", "pack": "C4"}
 
 
 # ----------------------------------------------------------------------------- corpora
@@ -406,10 +407,12 @@ def plot(summaries, path: str):
     for ax in axes.flat[len(summaries):]:
         ax.set_visible(False)
     for ax, summary in zip(axes.flat, summaries):
-        for row in summary["schemes"]:
+        for i, row in enumerate(summary["schemes"]):
+            name = row["scheme"].split(",")[0].split(" ")[0]
+            color = SCHEME_COLORS.get("pad:" if name.startswith("pad:") else name, f"C{5 + i}")
             ax.errorbar(row["seconds_mean"], row["metric_mean"],
                         yerr=np.array(row["metric_spread"]) / 2, marker="o", capsize=2,
-                        label=row["scheme"])
+                        color=color, label=row["scheme"])
         ax.axhline(summary["target"], color="gray", linestyle=":", linewidth=1)
         ax.set_title(f"{summary['task']} ({summary.get('corpus', '')})")
         ax.set_xlabel(f"training {summary.get('clock', 'wall')} seconds (mean over seeds)")
