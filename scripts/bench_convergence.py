@@ -1,27 +1,62 @@
 r"""Time to accuracy: held-out metric per epoch and wall seconds per batching scheme.
 
 Usage:
-  python scripts/bench_convergence.py --tasks=lm --epochs=2 --seeds=0 --lm_max_lines=1000
-  python scripts/bench_convergence.py --json_out=bench_out/convergence.json --plot=docs/conv.png
+  python scripts/bench_convergence.py --tasks=lm --epochs=3 --seeds=0,1,2
+  python scripts/bench_convergence.py --corpus=skewed --json_out=bench_out/conv.json \
+      --plot=docs/convergence.png
+  python scripts/bench_convergence.py --tasks=lm --schemes=pad --sweep=pool_budgets:1,4,16,256
 
 For each task (classify: held-out accuracy, higher is better; lm: held-out loss, lower is
-better), each scheme of the task's pipeline (``Config.batching``: pad, bucket, pack) and each
-seed: the pipeline's datasets and the task's ``models.<task>.build_model(config, info)`` (the
-same model code for every scheme), trained one epoch at a time; after each epoch the held-out
-metric and the cumulative training wall seconds. Reported: the per-epoch mean and spread over
-seeds, and the wall seconds at which each scheme first reaches the pad baseline's best seed-mean
-metric (within 0.005 accuracy / 1% of loss). ``--plot`` draws metric vs wall seconds
-(matplotlib, the optional ``plot`` extra; skipped with a warning without it).
+better), each scheme and each seed: the task pipeline's datasets and the task's
+``models.<task>.build_model(config, info)`` (the same model code for every scheme), trained one
+epoch at a time; after each epoch the held-out metric and the cumulative training wall seconds.
 
-Not yet covered (issue 18 part 3): tf.data ``bucket_by_sequence_length``, the skewed-length
-corpus, and the randomness-vs-padding sweep.
+Schemes, all under the same token budget ``--max_tokens`` (cells per batch):
+
+  pad      plain padding after a full example shuffle (the pipeline's ``batching="pad"``) with
+           rows = max_tokens // the longest padded length a batch can have (classify:
+           ``max_length``; lm: ``max_length + 2``), so no batch exceeds the budget.
+           ``pad:<rows>`` pads ``<rows>`` rows instead (e.g. ``pad:64``, the classify default).
+  tfdata   what a user writes with tf.data alone: the pipeline's tokenized examples, a full
+           shuffle, then ``tf.data.experimental.bucket_by_sequence_length`` with buckets
+           of width 8 and batch size = max_tokens // the bucket's longest length.
+  bucket   ``tfseq.bucket_by_length(max_tokens=...)`` (the pipeline's ``batching="bucket"``).
+  pack     ``tfseq.pack(block_length, max_tokens=...)`` (the pipeline's ``batching="pack"``).
+
+The first scheme is the baseline. Reported per scheme: held-out metric per epoch (seed mean and
+spread = max - min), mean cumulative seconds, optimizer steps and input tokens per step, and the
+seconds at which the seed-mean curve first reaches the baseline's best seed-mean metric (within
+0.005 accuracy / 1% of loss; epoch ends only), also as a fraction of the baseline's own time to
+it, and how many seeds reach it. Seconds exclude graph
+tracing: before timing, the model is fitted on 3 batches and evaluated on one, then its
+weights and optimizer state are restored. ``--lr_scaling=sqrt|linear`` scales each scheme's
+learning rate with its input tokens per step against the baseline's (Adam, the models'
+default rate otherwise).
+
+``--corpus=skewed`` writes a generated corpus with long-tailed lengths (log-normal, median 10
+tokens, up to 120) to ``--data_dir`` and trains on it through the pipelines' user-file options
+(``train_files``/``eval_files``/``columns``): labels for classify come from a per-class
+transition rule, so longer texts carry more evidence. ``--sweep=<knob>:<v1>,<v2>,...`` trains
+the bucket scheme once per value of a ``tfseq.bucket_by_length`` argument (``pool_budgets``:
+``pool_tokens = v * max_tokens``; ``length_noise``; ``bucket_width``) and prints the curve
+(metric at the end, seconds to the baseline's best, steps per epoch).
+
+``--plot`` draws held-out metric vs wall seconds (matplotlib, the optional ``plot`` extra;
+skipped with a warning without it). Wall seconds come from a shared, loaded 2-core machine
+unless you run it elsewhere: compare them within one run only. Each epoch also records the
+process's CPU seconds; ``--from_json=... --clock=cpu`` summarizes those instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import gzip
 import json
+import math
 import os
+import random
 import sys
 import time
 
@@ -33,72 +68,332 @@ from absl import app, flags, logging  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("tasks", ["classify", "lm"], "Tasks.")
-flags.DEFINE_list("schemes", ["pad", "bucket", "pack"], "Config.batching values; pad first.")
+flags.DEFINE_list("schemes", ["pad", "tfdata", "bucket", "pack"],
+                  "pad[:rows], tfdata, bucket, pack; the first is the baseline.")
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds.")
 flags.DEFINE_integer("epochs", 3, "Epochs per run.")
-flags.DEFINE_integer("lm_max_lines", 3000, "lm: lines read (small sizes for a 2-core box).")
-flags.DEFINE_integer("max_tokens", 2048, "Token budget per batch (bucket, pack).")
+flags.DEFINE_enum("corpus", "embedded", ["embedded", "skewed"], "The embedded verse corpus, or "
+                  "a generated one with long-tailed lengths (user-file path of the pipelines).")
+flags.DEFINE_integer("lm_max_lines", 3000, "lm, embedded corpus: the first lines read.")
+flags.DEFINE_integer("classify_max_lines", 6000, "classify, embedded corpus: a random sample "
+                     "of this many verses (0: all).")
+flags.DEFINE_integer("skewed_lines", 4000, "skewed corpus: training lines (eval: a tenth).")
+flags.DEFINE_string("data_dir", "/tmp/tfseq_convergence", "Where generated corpora go.")
+flags.DEFINE_integer("max_tokens", 2048, "Token budget per batch, every scheme.")
+flags.DEFINE_float("learning_rate", None, "Override the model's learning rate (every scheme).")
+flags.DEFINE_enum("lr_scaling", "none", ["none", "sqrt", "linear"], "Scale each scheme's "
+                  "learning rate by (its tokens per step / the baseline's), its square root, "
+                  "or not at all.")
+flags.DEFINE_string("sweep", None, "knob:v1,v2,... for the bucket scheme (pool_budgets, "
+                    "length_noise, bucket_width).")
 flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
+flags.DEFINE_enum("clock", "wall", ["wall", "cpu"], "With --from_json: summarize wall seconds "
+                  "or this process's CPU seconds (less sensitive to other load on the machine).")
+flags.DEFINE_bool("markdown", False, "With --from_json: also print Markdown tables.")
+flags.DEFINE_list("from_json", None, "Train nothing: summarize (and plot) the runs of these "
+                  "--json_out files, per task and corpus, the first scheme of each the baseline.")
 flags.DEFINE_string("plot", None, "Write a PNG of held-out metric vs wall seconds here.")
 
+SWEEP_KNOBS = ("pool_budgets", "length_noise", "bucket_width")
+TFDATA_WIDTH = 8
+SCHEME_COLORS = {"pad": "C0", "pad:": "C1", "tfdata": "C2", "bucket": "C3", "pack": "C4"}
 
-def run(task, scheme, seed):
-    import keras
 
+# ----------------------------------------------------------------------------- corpora
+
+def verse_sample(path: str, lines: int, out: str, seed: int = 0) -> str:
+    """Writes a random sample of ``lines`` lines of the verse file ``path`` (file order kept) to
+    ``out``; every section of the canon stays represented, unlike the first lines."""
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
+        all_lines = f.readlines()
+    keep = sorted(random.Random(seed).sample(range(len(all_lines)), min(lines, len(all_lines))))
+    with open(out, "w", encoding="utf-8") as f:
+        f.writelines(all_lines[i] for i in keep)
+    return out
+
+
+def skewed_corpus(out_dir: str, lines: int, seed: int = 0, vocab: int = 300,
+                  classes: int = 4) -> tuple[str, str]:
+    """Writes ``train.tsv`` and ``eval.tsv`` (``label<TAB>text``, no header) with long-tailed
+    lengths: log-normal, median 10 words, clipped to [3, 120].
+
+    Word ``w{i}`` is followed by ``w{(i + d) % vocab}``, ``d`` drawn from its class's 3 offsets
+    (class sets overlap, so a short text is ambiguous), or by a uniform word 10% of the time.
+    Returns the two paths.
+    """
+    rng = random.Random(seed)
+    offsets = [rng.sample(range(1, 13), 3) for _ in range(classes)]
+    paths = []
+    for name, n in (("train.tsv", lines), ("eval.tsv", max(lines // 10, 1))):
+        path = os.path.join(out_dir, name)
+        with open(path, "w", encoding="utf-8") as f:
+            for _ in range(n):
+                c = rng.randrange(classes)
+                length = min(120, max(3, round(math.exp(rng.gauss(math.log(10), 0.8)))))
+                word = rng.randrange(vocab)
+                words = [word]
+                for _ in range(length - 1):
+                    word = (rng.randrange(vocab) if rng.random() < 0.1
+                            else (word + rng.choice(offsets[c])) % vocab)
+                    words.append(word)
+                f.write(f"c{c}\t" + " ".join(f"w{w}" for w in words) + "\n")
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def task_config(task: str, scheme: str, seed: int, data: dict):
+    """The pipeline module, model module and ``Config`` of one run."""
+    name, _, rows = scheme.partition(":")
+    batching = {"pad": "pad", "tfdata": "bucket", "bucket": "bucket", "pack": "pack"}[name]
     if task == "classify":
         from models import classifier as model_module
         from pipelines import classify as pipeline
-        config = pipeline.Config(batching=scheme, seed=seed, max_tokens=FLAGS.max_tokens)
+        kwargs = {"files": (data["verses"],)} if data.get("verses") else {}
     else:
         from models import lm as model_module
         from pipelines import lm as pipeline
-        config = pipeline.Config(batching=scheme, seed=seed, max_tokens=FLAGS.max_tokens,
-                                 max_lines=FLAGS.lm_max_lines)
+        kwargs = {"max_lines": FLAGS.lm_max_lines}
+    if data.get("skewed"):
+        train, eval_ = data["skewed"]
+        kwargs = {"train_files": (train,), "eval_files": (eval_,), "format": "tsv",
+                  "columns": ("label", "text") if task == "classify" else ("_", "text"),
+                  "max_length": 120}
+    config = pipeline.Config(batching=batching, seed=seed, max_tokens=FLAGS.max_tokens, **kwargs)
+    if name == "pad":
+        longest = config.max_length + (2 if task == "lm" else 0)  # lm adds <s> and </s>
+        config = dataclasses.replace(
+            config, batch_size=int(rows) if rows else max(1, FLAGS.max_tokens // longest))
+    return pipeline, model_module, config
+
+
+# ----------------------------------------------------------------------------- batching
+
+def tfdata_bucketing(*, max_tokens, max_length, seed=None, shuffle_buffer=10000, **unused):
+    """What a user writes with tf.data alone, in place of ``tfseq.bucket_by_length``: unbatch,
+    shuffle (training), ``bucket_by_sequence_length`` with width-8 buckets and batch size
+    ``max_tokens // (the bucket's longest length)``, then the element contract's ``*_length``.
+    """
+    del unused
+    import tensorflow as tf
+
+    # tf.data boundaries are exclusive: bucket i holds lengths in [b[i-1], b[i]).
+    boundaries = list(range(TFDATA_WIDTH + 1, max_length + 1, TFDATA_WIDTH))
+    longest = [b - 1 for b in boundaries] + [max_length]
+    sizes = [max(1, max_tokens // n) for n in longest]
+
+    def apply(ds):
+        if isinstance(ds.element_spec["ids"], tf.RaggedTensorSpec) and \
+                ds.element_spec["ids"].ragged_rank == 1:
+            ds = ds.unbatch()
+        if seed is not None:
+            ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        ds = ds.map(lambda e: {**e, "ids_length": tf.size(e["ids"])})
+        ds = ds.filter(lambda e: e["ids_length"] <= max_length)
+        return ds.bucket_by_sequence_length(lambda e: e["ids_length"], boundaries, sizes)
+
+    return apply
+
+
+@contextlib.contextmanager
+def bucketing(scheme: str, knob: str | None = None, value=None, max_tokens: int = 2048):
+    """Inside: the pipelines' ``tfseq.bucket_by_length`` calls get the sweep's ``knob=value``,
+    or (``scheme="tfdata"``) are replaced by ``tfdata_bucketing``."""
+    import tfseq
+    original = tfseq.bucket_by_length
+    if scheme == "tfdata":
+        tfseq.bucket_by_length = tfdata_bucketing
+    elif knob == "pool_budgets":
+        tfseq.bucket_by_length = functools.partial(original, pool_tokens=int(value) * max_tokens)
+    elif knob == "length_noise":
+        tfseq.bucket_by_length = functools.partial(original, length_noise=float(value))
+    elif knob == "bucket_width":
+        tfseq.bucket_by_length = functools.partial(original, bucket_width=int(value))
+    try:
+        yield
+    finally:
+        tfseq.bucket_by_length = original
+
+
+# ----------------------------------------------------------------------------- training
+
+def batch_shape_stats(batches) -> dict:
+    """Steps, mean rows, padded length, input tokens (``ids != 0``) and cells per step of
+    ``(features, ...)`` batches given as numpy ``ids`` arrays ``[B, T]``."""
+    rows = np.array([b.shape[0] for b in batches], float)
+    length = np.array([b.shape[1] for b in batches], float)
+    tokens = np.array([np.count_nonzero(b) for b in batches], float)
+    cells = rows * length
+    return {"steps": len(batches), "rows": round(float(rows.mean()), 1),
+            "length": round(float(length.mean()), 1),
+            "tokens_per_step": round(float(tokens.mean()), 1),
+            "cells_per_step": round(float(cells.mean()), 1),
+            "padding_efficiency": round(float(tokens.sum() / cells.sum()), 3)}
+
+
+def one_pass(train_ds) -> dict:
+    """The batch shape stats of one (untimed) pass over ``train_ds``."""
+    return batch_shape_stats([batch[0]["ids"].numpy() for batch in train_ds])
+
+
+def warm_up(model, train_ds, eval_ds, steps: int = 3):
+    """Fits ``model`` on ``steps`` batches of ``train_ds`` (the train function traces for the
+    dataset's element spec, as ``fit`` will call it) and evaluates it on one batch of
+    ``eval_ds``, then restores its weights and optimizer state: the timed epochs exclude
+    tracing."""
+    import tensorflow as tf
+    weights = model.get_weights()
+    # Before its first step the optimizer holds its step count and learning rate only; the
+    # moments it creates then start at zero.
+    before = {id(v): v.numpy() for v in model.optimizer.variables}
+    model.fit(train_ds.take(steps), epochs=1, verbose=0)
+    model.evaluate(eval_ds.take(1), verbose=0)
+    model.set_weights(weights)
+    for v in model.optimizer.variables:
+        v.assign(before[id(v)] if id(v) in before else tf.zeros_like(v))
+
+
+def lr_factor(tokens_per_step: float, baseline_tokens: float | None, scaling: str) -> float:
+    """The learning-rate multiplier of a scheme whose batches carry ``tokens_per_step`` input
+    tokens against the baseline's ``baseline_tokens``: 1 (``"none"``), the ratio's square root
+    (``"sqrt"``) or the ratio (``"linear"``)."""
+    if scaling == "none" or not baseline_tokens:
+        return 1.0
+    ratio = tokens_per_step / baseline_tokens
+    return math.sqrt(ratio) if scaling == "sqrt" else ratio
+
+
+def run(task: str, scheme: str, seed: int, data: dict, knob=None, value=None,
+        baseline_tokens: float | None = None) -> dict:
+    import keras
+
+    pipeline, model_module, config = task_config(task, scheme, seed, data)
     keras.utils.set_random_seed(seed)
-    train_ds, eval_ds, info = pipeline.datasets(config)
-    model = model_module.build_model(config, info)
-    seconds, metrics = 0.0, []
+    with bucketing(scheme, knob, value, FLAGS.max_tokens):
+        train_ds, eval_ds, info = pipeline.datasets(config)
+    shapes = one_pass(train_ds)
+    model_config = model_module.ModelConfig()
+    lr = (FLAGS.learning_rate or model_config.learning_rate) * lr_factor(
+        shapes["tokens_per_step"], baseline_tokens, FLAGS.lr_scaling)
+    model_config = dataclasses.replace(model_config, learning_rate=lr)
+    model = model_module.build_model(config, info, model_config)
+    warm_up(model, train_ds, eval_ds)
+    seconds, cpu_seconds, epochs = 0.0, 0.0, []
     for _ in range(FLAGS.epochs):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         model.fit(train_ds, epochs=1, verbose=0)
         seconds += time.perf_counter() - start
+        cpu_seconds += time.process_time() - cpu_start
         result = model.evaluate(eval_ds, verbose=0, return_dict=True)
         key = "loss" if task == "lm" else next(k for k in result if "acc" in k)
-        metrics.append({"seconds": round(seconds, 2), "metric": float(result[key])})
-    return {"task": task, "scheme": scheme, "seed": seed, "config": dataclasses.asdict(config),
-            "epochs": metrics}
+        epochs.append({"seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2),
+                       "metric": float(result[key])})
+    label = scheme if knob is None else f"{scheme} {knob}={value}"
+    logging.info("%s %s seed %d lr %.4g: %s %s", task, label, seed, lr, epochs, shapes)
+    return {"task": task, "scheme": label, "seed": seed, "batch_size": config.batch_size,
+            "learning_rate": lr, "shapes": shapes, "epochs": epochs}
 
 
-def time_to(runs, target, higher):
-    """Mean over seeds of the first cumulative seconds reaching ``target`` (None if never)."""
-    times = []
+# ----------------------------------------------------------------------------- summary
+
+def reaches(metric: float, target: float, higher: bool) -> bool:
+    return metric >= target if higher else metric <= target
+
+
+def time_to(runs, target: float, higher: bool) -> list:
+    """Per run: the cumulative seconds of the first epoch whose metric reaches ``target``
+    (``>=`` when ``higher``, else ``<=``), or None if no epoch does."""
+    out = []
     for r in runs:
-        hit = [e["seconds"] for e in r["epochs"]
-               if (e["metric"] >= target if higher else e["metric"] <= target)]
-        if not hit:
-            return None
-        times.append(hit[0])
-    return float(np.mean(times))
+        hit = [e["seconds"] for e in r["epochs"] if reaches(e["metric"], target, higher)]
+        out.append(hit[0] if hit else None)
+    return out
 
 
-def summarize(task, by_scheme):
+def baseline_target(runs, higher: bool) -> tuple[float, float]:
+    """(best seed-mean metric over the epochs of ``runs``, the target: 0.005 below it for
+    accuracy, 1% above it for loss)."""
+    mean = np.array([[e["metric"] for e in r["epochs"]] for r in runs]).mean(0)
+    best = float(mean.max() if higher else mean.min())
+    return best, (best - 0.005 if higher else best * 1.01)
+
+
+def summarize(task: str, by_scheme: dict, baseline: str | None = None) -> dict:
+    """Per scheme: seed mean and spread of the metric per epoch, mean seconds per epoch, the
+    seconds at which the seed-mean curve first reaches the baseline's target (None if it never
+    does), that time as a fraction of the baseline's own time to it, each seed's time to it
+    (``time_to``) and the mean batch shape stats. ``baseline`` defaults to the first scheme."""
     higher = task == "classify"
-    base = np.array([[e["metric"] for e in r["epochs"]] for r in by_scheme["pad"]])
-    best = base.mean(0).max() if higher else base.mean(0).min()
-    target = best - 0.005 if higher else best * 1.01
+    baseline = baseline or next(iter(by_scheme))
+    best, target = baseline_target(by_scheme[baseline], higher)
     rows = []
     for scheme, runs in by_scheme.items():
         m = np.array([[e["metric"] for e in r["epochs"]] for r in runs])
         s = np.array([[e["seconds"] for e in r["epochs"]] for r in runs])
+        mean_run = {"epochs": [{"seconds": float(t), "metric": float(v)}
+                               for t, v in zip(s.mean(0), m.mean(0))]}
+        shapes = {k: round(float(np.mean([r["shapes"][k] for r in runs])), 3)
+                  for k in runs[0].get("shapes", {})}
+        seconds = time_to([mean_run], target, higher)[0]
         rows.append({"scheme": scheme, "metric_mean": m.mean(0).round(4).tolist(),
                      "metric_spread": (m.max(0) - m.min(0)).round(4).tolist(),
                      "seconds_mean": s.mean(0).round(1).tolist(),
-                     "seconds_to_baseline_best": time_to(runs, target, higher)})
-    return {"task": task, "metric": "accuracy" if higher else "loss",
-            "baseline_best": float(best), "target": float(target), "schemes": rows}
+                     "seconds_spread": round(float(s[:, -1].max() - s[:, -1].min()), 1),
+                     "seconds_to_target": None if seconds is None else round(seconds, 2),
+                     "seeds_to_target": time_to(runs, target, higher),
+                     "learning_rate": float(np.mean([r.get("learning_rate", 0) for r in runs])),
+                     **shapes})
+    base_seconds = rows[list(by_scheme).index(baseline)]["seconds_to_target"]
+    for row in rows:
+        row["fraction_of_baseline_time"] = (
+            None if row["seconds_to_target"] is None or not base_seconds
+            else round(row["seconds_to_target"] / base_seconds, 2))
+    return {"task": task, "metric": "accuracy" if higher else "loss", "baseline": baseline,
+            "baseline_best": round(best, 4), "target": round(target, 4),
+            "baseline_seconds": base_seconds, "schemes": rows}
 
 
-def plot(summaries, path):
+def format_summary(summary: dict) -> str:
+    lines = [f"{summary['task']} ({summary['metric']}): baseline {summary['baseline']} best "
+             f"{summary['baseline_best']:.4f}, target {summary['target']:.4f}, reached by the "
+             f"baseline at {summary['baseline_seconds']} s"]
+    for row in summary["schemes"]:
+        per_epoch = " / ".join(f"{m:.4f}({s:.3f})"
+                               for m, s in zip(row["metric_mean"], row["metric_spread"]))
+        reached = sum(t is not None for t in row["seeds_to_target"])
+        lines.append(
+            f"  {row['scheme']:24} {per_epoch} at {row['seconds_mean'][-1]:.1f} s "
+            f"(spread {row.get('seconds_spread', 0):.1f}); "
+            f"target at {row['seconds_to_target']} s ({row['fraction_of_baseline_time']}x), "
+            f"{reached}/{len(row['seeds_to_target'])} seeds; "
+            f"{row.get('steps', '?')} steps x {row.get('tokens_per_step', '?')} tokens "
+            f"({row.get('rows', '?')} x {row.get('length', '?')}, padding eff "
+            f"{row.get('padding_efficiency', '?')}), lr {row['learning_rate']:.3g}")
+    return "\n".join(lines)
+
+
+def markdown_table(summary: dict) -> str:
+    """A summary as a Markdown table (one row per scheme)."""
+    unit = "accuracy" if summary["metric"] == "accuracy" else "loss"
+    lines = [f"| scheme | steps/epoch x tokens/step (rows x length, padding eff.) | held-out "
+             f"{unit} per epoch, seed mean (spread) | s after the last epoch (spread) | "
+             f"reaches {summary['target']:.3f}: s (x baseline), seeds |",
+             "| --- | --- | --- | --- | --- |"]
+    for row in summary["schemes"]:
+        per_epoch = " / ".join(f"{m:.3f} ({s:.3f})"
+                               for m, s in zip(row["metric_mean"], row["metric_spread"]))
+        reached = sum(t is not None for t in row["seeds_to_target"])
+        to = ("never" if row["seconds_to_target"] is None else
+              f"{row['seconds_to_target']:.1f} ({row['fraction_of_baseline_time']:.2f}x)")
+        lines.append(
+            f"| {row['scheme']} | {row.get('steps', 0):.0f} x {row.get('tokens_per_step', 0):.0f} "
+            f"({row.get('rows', 0):.1f} x {row.get('length', 0):.1f}, "
+            f"{row.get('padding_efficiency', 0):.2f}) | {per_epoch} | "
+            f"{row['seconds_mean'][-1]:.1f} ({row.get('seconds_spread', 0):.1f}) | "
+            f"{to}, {reached}/{len(row['seeds_to_target'])} |")
+    return "\n".join(lines)
+
+
+def plot(summaries, path: str):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -106,44 +401,111 @@ def plot(summaries, path):
     except ImportError:
         logging.warning("matplotlib is not installed (pip install tfseq[plot]); no plot")
         return
-    fig, axes = plt.subplots(1, len(summaries), figsize=(5 * len(summaries), 4), squeeze=False)
-    for ax, summary in zip(axes[0], summaries):
-        for row in summary["schemes"]:
+    cols = min(len(summaries), 2)
+    rows = -(-len(summaries) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4.2 * rows), squeeze=False)
+    for ax in axes.flat[len(summaries):]:
+        ax.set_visible(False)
+    for ax, summary in zip(axes.flat, summaries):
+        for i, row in enumerate(summary["schemes"]):
+            name = row["scheme"].split(",")[0].split(" ")[0]
+            color = SCHEME_COLORS.get("pad:" if name.startswith("pad:") else name, f"C{5 + i}")
             ax.errorbar(row["seconds_mean"], row["metric_mean"],
-                        yerr=np.array(row["metric_spread"]) / 2, marker="o",
-                        label=row["scheme"])
-        ax.set_title(summary["task"])
-        ax.set_xlabel("training wall seconds")
+                        yerr=np.array(row["metric_spread"]) / 2, marker="o", capsize=2,
+                        color=color, label=row["scheme"])
+        ax.axhline(summary["target"], color="gray", linestyle=":", linewidth=1)
+        ax.set_title(f"{summary['task']} ({summary.get('corpus', '')})")
+        ax.set_xlabel(f"training {summary.get('clock', 'wall')} seconds (mean over seeds)")
         ax.set_ylabel(f"held-out {summary['metric']}")
-        ax.legend()
+        ax.legend(fontsize=8)
     fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig.savefig(path, dpi=80)
+
+
+def parse_sweep(text: str):
+    knob, _, values = text.partition(":")
+    if knob not in SWEEP_KNOBS or not values:
+        raise ValueError(f"--sweep must be <knob>:<v1>,<v2>,... with knob in {SWEEP_KNOBS}; "
+                         f"got {text!r}")
+    return knob, values.split(",")
+
+
+def resummarize(paths) -> list:
+    """Summaries of the runs stored in ``--json_out`` files, one per (task, corpus)."""
+    groups, clocks = {}, {}
+    for path in paths:
+        with open(path) as f:
+            stored = json.load(f)
+        corpus = stored["flags"]["corpus"]
+        for r in stored["runs"]:
+            key = (r["task"], corpus)
+            # time_to and the plot read "seconds"; runs stored before the CPU clock keep wall.
+            cpu = FLAGS.clock == "cpu" and all("cpu_seconds" in e for e in r["epochs"])
+            if cpu:
+                r = {**r, "epochs": [{**e, "seconds": e["cpu_seconds"]} for e in r["epochs"]]}
+            clocks.setdefault(key, set()).add("CPU" if cpu else "wall")
+            groups.setdefault(key, {}).setdefault(r["scheme"], []).append(r)
+    summaries = []
+    for (task, corpus), by_scheme in groups.items():
+        summary = summarize(task, by_scheme)
+        summary["corpus"] = corpus
+        summary["clock"] = " and ".join(sorted(clocks[(task, corpus)]))
+        summaries.append(summary)
+    return summaries
 
 
 def main(argv):
     del argv
+    if FLAGS.from_json:
+        summaries = resummarize(FLAGS.from_json)
+        for summary in summaries:
+            print(f"[{summary['corpus']}, {summary['clock']} seconds] " + format_summary(summary))
+            if FLAGS.markdown:
+                print(markdown_table(summary))
+        if FLAGS.plot:
+            plot(summaries, FLAGS.plot)
+        return
     seeds = [int(s) for s in FLAGS.seeds]
-    if FLAGS.schemes[0] != "pad":
-        raise ValueError(f"--schemes must start with pad (the baseline); got {FLAGS.schemes}")
+    sweep = parse_sweep(FLAGS.sweep) if FLAGS.sweep else None
+    os.makedirs(FLAGS.data_dir, exist_ok=True)
+    data = {}
+    if FLAGS.corpus == "skewed":
+        data["skewed"] = skewed_corpus(FLAGS.data_dir, FLAGS.skewed_lines)
+    elif FLAGS.classify_max_lines and "classify" in FLAGS.tasks:
+        import tfseq
+        data["verses"] = verse_sample(tfseq.corpus_path("kjv_en"), FLAGS.classify_max_lines,
+                                      os.path.join(FLAGS.data_dir, "verses_sample.txt"))
     summaries, raw = [], []
-    print("shared, loaded 2-core machine: wall seconds are rough")
+    print("shared, loaded 2-core machine: compare wall seconds within this run only")
     for task in FLAGS.tasks:
-        by_scheme = {}
+        by_scheme, base_tokens = {}, None
         for scheme in FLAGS.schemes:
-            by_scheme[scheme] = [run(task, scheme, seed) for seed in seeds]
-            raw.extend(by_scheme[scheme])
+            by_scheme[scheme] = [run(task, scheme, seed, data, baseline_tokens=base_tokens)
+                                 for seed in seeds]
+            if base_tokens is None:
+                base_tokens = float(np.mean([r["shapes"]["tokens_per_step"]
+                                             for r in by_scheme[scheme]]))
+        if sweep:
+            knob, values = sweep
+            for value in values:
+                runs = [run(task, "bucket", seed, data, knob, value, base_tokens)
+                        for seed in seeds]
+                by_scheme[runs[0]["scheme"]] = runs
+        for runs in by_scheme.values():
+            raw.extend(runs)
         summary = summarize(task, by_scheme)
+        summary["corpus"] = FLAGS.corpus
         summaries.append(summary)
-        print(f"{task}: pad best {summary['metric']} {summary['baseline_best']:.4f}")
-        for row in summary["schemes"]:
-            print(f"  {row['scheme']:7} per epoch {row['metric_mean']} "
-                  f"(spread {row['metric_spread']}) at {row['seconds_mean']} s; "
-                  f"to pad's best: {row['seconds_to_baseline_best']} s")
+        print(format_summary(summary), flush=True)
     if FLAGS.json_out:
         os.makedirs(os.path.dirname(FLAGS.json_out) or ".", exist_ok=True)
         with open(FLAGS.json_out, "w") as f:
-            json.dump({"seeds": seeds, "epochs": FLAGS.epochs, "summaries": summaries,
-                       "runs": raw}, f, indent=1)
+            json.dump({"flags": {k: FLAGS[k].value for k in (
+                "tasks", "schemes", "seeds", "epochs", "corpus", "lm_max_lines",
+                "classify_max_lines", "skewed_lines", "max_tokens", "learning_rate", "lr_scaling",
+                "sweep")},
+                "summaries": summaries, "runs": raw}, f, indent=1)
     if FLAGS.plot:
         plot(summaries, FLAGS.plot)
 

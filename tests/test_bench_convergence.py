@@ -1,0 +1,125 @@
+"""scripts/bench_convergence.py: the time-to-target and summary logic on hand-made runs, the
+tf.data bucketing baseline and the skewed corpus (nothing here trains)."""
+
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_bench():
+    if "bench_convergence" not in sys.modules:  # absl flags may be defined once per process
+        spec = importlib.util.spec_from_file_location(
+            "bench_convergence", os.path.join(ROOT, "scripts", "bench_convergence.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["bench_convergence"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["bench_convergence"]
+
+
+bench = load_bench()
+
+
+def make_run(points, tokens=1000.0):
+    return {"epochs": [{"seconds": s, "metric": m} for s, m in points],
+            "shapes": {"steps": 10, "tokens_per_step": tokens}, "learning_rate": 0.003}
+
+
+def test_time_to_is_the_first_epoch_reaching_the_target_per_run():
+    loss_runs = [make_run([(2.0, 5.3), (4.0, 5.1), (6.0, 5.0)]),
+                 make_run([(3.0, 5.15), (6.0, 5.2), (9.0, 5.1)]),
+                 make_run([(1.0, 5.4), (2.0, 5.16)])]
+    assert bench.time_to(loss_runs, 5.15, higher=False) == [4.0, 3.0, None]
+    acc_runs = [make_run([(1.0, 0.5), (2.0, 0.745), (3.0, 0.9)]),
+                make_run([(1.5, 0.7), (3.0, 0.74)])]
+    assert bench.time_to(acc_runs, 0.745, higher=True) == [2.0, None]
+
+
+def test_baseline_target_is_the_best_seed_mean_with_its_tolerance():
+    loss = [make_run([(1, 5.3), (2, 5.1), (3, 5.2)]), make_run([(1, 5.5), (2, 5.3), (3, 5.0)])]
+    best, target = bench.baseline_target(loss, higher=False)  # means 5.4, 5.2, 5.1
+    assert best == pytest.approx(5.1) and target == pytest.approx(5.151)
+    acc = [make_run([(1, 0.5), (2, 0.7)]), make_run([(1, 0.6), (2, 0.8)])]
+    best, target = bench.baseline_target(acc, higher=True)  # means 0.55, 0.75
+    assert best == pytest.approx(0.75) and target == pytest.approx(0.745)
+
+
+def test_summarize_reports_spread_time_to_target_and_fraction_of_baseline_time():
+    by_scheme = {
+        "pad": [make_run([(10.0, 5.4), (20.0, 5.2)], 500.0),
+                make_run([(12.0, 5.6), (22.0, 5.0)], 500.0)],   # means 5.5, 5.1 -> target 5.151
+        "bucket": [make_run([(4.0, 5.3), (8.0, 5.15)], 2000.0),
+                   make_run([(5.0, 5.12), (9.0, 5.05)], 2000.0)],  # means 5.21, 5.10
+        "pack": [make_run([(6.0, 5.3), (12.0, 5.2)]), make_run([(6.0, 5.1), (12.0, 5.2)])],
+    }
+    summary = bench.summarize("lm", by_scheme)
+    assert summary["metric"] == "loss" and summary["baseline"] == "pad"
+    assert summary["baseline_best"] == pytest.approx(5.1)
+    assert summary["target"] == pytest.approx(5.151)
+    assert summary["baseline_seconds"] == pytest.approx(21.0)  # the mean curve's epoch 2
+    pad, bucket, pack = summary["schemes"]
+    assert pad["metric_mean"] == pytest.approx([5.5, 5.1])
+    assert pad["metric_spread"] == pytest.approx([0.2, 0.2])
+    assert pad["seconds_mean"] == pytest.approx([11.0, 21.0])
+    assert pad["seconds_to_target"] == pytest.approx(21.0)
+    assert pad["seeds_to_target"] == [None, 22.0]  # seed 0 ends at 5.2, above the target
+    assert pad["fraction_of_baseline_time"] == pytest.approx(1.0)
+    assert bucket["seconds_to_target"] == pytest.approx(8.5)
+    assert bucket["seeds_to_target"] == [8.0, 5.0]
+    assert bucket["fraction_of_baseline_time"] == pytest.approx(0.4)  # 8.5 / 21
+    assert bucket["tokens_per_step"] == pytest.approx(2000.0)
+    assert pack["metric_mean"] == pytest.approx([5.2, 5.2])  # above 5.151: never
+    assert pack["seeds_to_target"] == [None, 6.0]
+    assert pack["seconds_to_target"] is None and pack["fraction_of_baseline_time"] is None
+    text = bench.format_summary(summary)
+    assert "target at 8.5 s (0.4x), 2/2 seeds" in text
+    assert "target at None s (None" in text and "1/2 seeds" in text
+
+
+def test_accuracy_summary_uses_the_first_scheme_and_higher_is_better():
+    by_scheme = {"pad:64": [make_run([(3.0, 0.60), (6.0, 0.70)])],
+                 "bucket": [make_run([(2.0, 0.696), (4.0, 0.72)])]}
+    summary = bench.summarize("classify", by_scheme)
+    assert summary["metric"] == "accuracy" and summary["target"] == pytest.approx(0.695)
+    assert [r["seconds_to_target"] for r in summary["schemes"]] == [6.0, 2.0]
+    assert summary["schemes"][1]["fraction_of_baseline_time"] == pytest.approx(0.33)
+
+
+def test_lr_factor():
+    assert bench.lr_factor(2000.0, 500.0, "none") == 1.0
+    assert bench.lr_factor(2000.0, 500.0, "sqrt") == pytest.approx(2.0)
+    assert bench.lr_factor(2000.0, 500.0, "linear") == pytest.approx(4.0)
+    assert bench.lr_factor(2000.0, None, "sqrt") == 1.0  # the baseline itself
+
+
+def test_tfdata_bucketing_sizes_batches_from_the_budget():
+    lengths = list(range(1, 21)) * 3  # 60 examples, lengths 1..20
+    ds = tf.data.Dataset.from_tensor_slices(
+        {"ids": tf.ragged.constant([[7] * n for n in lengths]), "label": tf.range(60)})
+    ds = ds.apply(bench.tfdata_bucketing(max_tokens=40, max_length=20))
+    # Width-8 buckets: lengths 1-8 (batch 40 // 8 = 5), 9-16 (40 // 16 = 2), 17-20 (2).
+    seen = []
+    for batch in ds:
+        n, t = batch["ids"].shape
+        got = batch["ids_length"].numpy()
+        bucket = 0 if got.max() <= 8 else 1 if got.max() <= 16 else 2
+        assert n <= [5, 2, 2][bucket] and n * t <= 40
+        assert t == got.max() and ((got - 1) // 8).clip(max=2).tolist() == [bucket] * n
+        seen += batch["label"].numpy().tolist()
+    assert sorted(seen) == list(range(60))
+
+
+def test_skewed_corpus_has_long_tailed_lengths_and_four_labels(tmp_path):
+    train, eval_ = bench.skewed_corpus(str(tmp_path), 2000)
+    rows = [line.rstrip("\n").split("\t") for line in open(train)]
+    assert len(rows) == 2000 and len(open(eval_).readlines()) == 200
+    assert sorted({label for label, _ in rows}) == ["c0", "c1", "c2", "c3"]
+    lengths = np.array([len(text.split()) for _, text in rows])
+    assert lengths.min() >= 3 and lengths.max() <= 120
+    assert 8 <= np.median(lengths) <= 12  # log-normal, median 10
+    assert lengths.max() >= 5 * np.median(lengths)  # the long tail
