@@ -313,13 +313,10 @@ class _Packer:
         groups = groups.enumerate().map(
             tf.autograph.experimental.do_not_convert(self._flatten_group))
 
-        def slices(batches, num_rows):
-            return tf.data.Dataset.from_tensor_slices((batches, num_rows))
-
         plain = tf.autograph.experimental.do_not_convert
         groups = _mark_end(groups, self._empty_group())
         batches = groups.scan(self._initial_state(), plain(self._step))
-        return (batches.flat_map(plain(slices))
+        return (batches.unbatch()
                 .filter(plain(lambda batch, num_rows: num_rows > 0))
                 .map(plain(self._trim)))
 
