@@ -156,7 +156,7 @@ def _expected_ids(line: bytes, vocab):
     return tuple(index.get(w.decode(), 1) for w in words)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(files=st.lists(st.lists(LINE, max_size=8), min_size=1, max_size=4),
        shuffle=st.booleans(), num_shards=st.integers(1, 3), gz=st.booleans(),
        batch_size=st.sampled_from([None, 1, 3]))
