@@ -527,8 +527,8 @@ def bucket_by_length(
 
         def gather_pool(state, inputs):
             """Appends an input batch to the pool being filled; emits the pool's arrays once
-            it is full (or the stream ends). Cheap on purpose: the sort and cut run in a
-            second ``scan`` once per pool, not in a branch of this per-batch step."""
+            it is full (or the stream ends). The sort and cut run in a second ``scan``,
+            once per pool."""
             rows, tokens, lists = state
             is_last, (batch, pool_seed) = inputs
             lists = arrays.push(lists, batch)
