@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL := 2
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: demo test test-fast bench clean
+.PHONY: demo test test-slow test-all test-fast bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,11 +19,17 @@ $(STAMP): setup.py | $(PY)
 demo: $(STAMP)
 	$(PY) scripts/train.py --task=classify --model_dir=runs/demo
 
+# `make test`: every test but the slow end-to-end ones (under ~15 minutes on 2 cores);
+# `make test-slow`: those (servers and binaries in separate processes); CI runs both.
 test: $(STAMP)
-	$(PY) -m pytest -q tests
-
-test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow tests
+
+test-all: test test-slow
+
+test-fast: test
 
 BENCHES := batching training packing pipeline splitting attention tbptt predict mixing multislot
 
