@@ -53,11 +53,12 @@ sequence feature and no ``"split"`` (no lane to keep), several batches' rows at 
 in all), which spreads the build's fixed cost. In a build each row takes its carried
 continuation piece (if any), then the pool's examples in arrival order, each placed if it fits
 (greedy first fit per row, in tf ops), so the oldest examples leave first and the input order
-(its shuffle) is kept up to the window. Everything runs in the tf.data graph (``Dataset.scan``); memory is bounded by the pool
-plus one carried piece per lane. Every example is emitted exactly once per epoch; ``unpack``
-turns packed batches back into examples. Batches have B rows, except those built after the input
-ends, which drop their trailing empty rows (a row may stay empty before a row still carrying a
-split example, so that every lane keeps its index).
+(its shuffle) is kept up to the window. Everything runs in the tf.data graph
+(``Dataset.scan``); memory is bounded by the pool plus one carried piece per lane. Every
+example is emitted exactly once per epoch; ``unpack`` turns packed batches back into examples.
+Batches have B rows, except those built after the input ends, which drop their trailing empty
+rows (a row may stay empty before a row still carrying a split example, so that every lane
+keeps its index).
 """
 
 from __future__ import annotations

@@ -131,8 +131,9 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
         epoch reads the shards in a random order, each permuted in memory. Memory: about
         ``2 * (mean line bytes + 32)`` bytes per line of one shard, a shard holding about
         ``shuffle_shard_bytes`` of text; reading: K passes over the input per epoch (K = 1, up
-        to ``shuffle_shard_bytes``: one pass in the first epoch, the lines kept for the next). ``shuffle_files`` is implied. Without
-        ``batch_size`` the shuffled lines are unbatched. See ``tfseq.shuffling``.
+        to ``shuffle_shard_bytes``: one pass in the first epoch, the lines kept for the next).
+        ``shuffle_files`` is implied. Without ``batch_size`` the shuffled lines are unbatched.
+        See ``tfseq.shuffling``.
       shuffle_shard_bytes: text per shuffle shard (gzip files count 4x their size): the memory
         bound of ``shuffle_lines``.
 
