@@ -63,6 +63,7 @@ keeps its index).
 
 from __future__ import annotations
 
+import os
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -80,6 +81,13 @@ LONG_EXAMPLES = ("split", "truncate", "drop")
 
 # Examples move from the input into the pool this many at a time.
 _GROUP_SIZE = 128
+# Inside a part, the pool takes this many examples per step.
+_CHUNK_SIZE = 256
+# A part (packed independently of the others, in parallel) holds this many batches' worth of
+# tokens; its last batch may be part-filled, so this bounds the loss to about 1/_PART_BATCHES.
+_PART_BATCHES = 128
+# Parts packed at once (each holds its part's tokens and output batches in memory).
+_PART_PARALLELISM = max(2, min(4, os.cpu_count() or 1))
 
 
 def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None,
@@ -191,18 +199,6 @@ def _check_features(spec, seq_keys, batched: bool = False) -> list[str]:
     return scalar_keys
 
 
-def _mark_end(groups: tf.data.Dataset, empty_group=None) -> tf.data.Dataset:
-    """Elements ``(final, group)``: ``final`` true on the last group of the input only, on
-    which the scan adds the group and then flushes its pool and carries.
-
-    The end is found by looking one group ahead inside the stream (``mark_last``), not with a
-    marker appended by ``concatenate``: on the ``tf.data`` service such a marker is a split of
-    its own, handed to one worker, and the others would never flush their last rows.
-    """
-    del empty_group
-    return mark_last(groups)
-
-
 def _gather_spans(values: tf.Tensor, starts: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
     """Concatenation of ``values[starts[i]:starts[i] + lengths[i]]`` over i (1-D tensors)."""
     index = tf.ragged.range(starts, starts + lengths)
@@ -213,6 +209,9 @@ def _exclusive_cumsum(x: tf.Tensor) -> tf.Tensor:
     return tf.cumsum(x, axis=0, exclusive=True)
 
 
+# Rounds of gap filling per build (each places at most one example per row); later rounds
+# place very few examples, so a cap costs almost no padding and saves their fixed cost.
+_FILL_ROUNDS = 6
 # Up to this many rows, the rows' lookups are unrolled (a few scalar ops each) instead of a loop.
 _UNROLL_ROWS = 64
 # Rows placed per build when no lane has to be kept (one sequence feature, no "split"): several
@@ -220,8 +219,19 @@ _UNROLL_ROWS = 64
 _BUILD_ROWS = 64
 
 
-def _chain(reach: tf.Tensor, offsets: tf.Tensor, rows: int) -> tf.Tensor:
-    """``x[r] = reach[offsets[r] + x[r - 1]]`` with ``x[-1] = 0``, for r < rows: int32 ``[rows]``."""
+def _chain(reach: tf.Tensor, offsets: tf.Tensor | None, rows: int) -> tf.Tensor:
+    """``x[r] = reach[offsets[r] + x[r - 1]]`` with ``x[-1] = 0``, for r < rows: int32 ``[rows]``.
+
+    ``offsets=None`` means all zero: then ``x[r] = reach^(r + 1)(0)``, found by doubling
+    (``log2(rows)`` rounds of two gathers) instead of one lookup per row.
+    """
+    if offsets is None:
+        xs, power, done = tf.gather(reach, [0]), reach, 1
+        while done < rows:          # xs = x[:done], power = reach^done
+            xs = tf.concat([xs, tf.gather(power, xs)], 0)
+            power = tf.gather(power, power)
+            done *= 2
+        return xs[:rows]
     if rows > _UNROLL_ROWS:
         return tf.scan(lambda start, offset: tf.gather(reach, offset + start), offsets,
                        initializer=tf.constant(0))
@@ -289,6 +299,7 @@ class _Packer:
         self.segments = segments
         # The pool holds `window` batches' worth beyond what one build takes.
         self.threshold = (window + self.per_build - 1) * rows * max(blocks)
+        self.part_tokens = max(_PART_BATCHES * rows * max(blocks), 2 * self.threshold)
         self.long_examples = long_examples
         self.seed = seed
         self.counter = counter
@@ -311,15 +322,87 @@ class _Packer:
     def __call__(self, dataset: tf.data.Dataset, batched: bool = False) -> tf.data.Dataset:
         # Ragged batches of examples are groups already: no tf.data call per example.
         groups = dataset if batched else dataset.ragged_batch(_GROUP_SIZE)
-        groups = groups.enumerate().map(
-            tf.autograph.experimental.do_not_convert(self._flatten_group))
-
         plain = tf.autograph.experimental.do_not_convert
-        groups = _mark_end(groups, self._empty_group())
-        batches = groups.scan(self._initial_state(), plain(self._step))
+        groups = groups.enumerate().map(plain(self._flatten_group),
+                                        num_parallel_calls=tf.data.AUTOTUNE)
+        # A cheap scan collects groups into parts; the parts are packed independently, in
+        # parallel (the packing itself is sequential within a part).
+        parts = (mark_last(groups).scan(self._empty_lists(), plain(self._gather_part))
+                 .filter(plain(lambda ready, part: ready))
+                 .map(plain(lambda ready, part: part)))
+        # A fixed parallelism: AUTOTUNE starts at one call and a pass has too few parts
+        # (each a fraction of a second of work) for it to ramp up.
+        # Deterministic even if the options say otherwise: a split example continues in the
+        # next batch.
+        batches = parts.map(plain(self._pack_part), num_parallel_calls=_PART_PARALLELISM,
+                            deterministic=True)
         return (batches.unbatch()
                 .filter(plain(lambda batch, num_rows: num_rows > 0))
-                .map(plain(self._trim)))
+                .map(plain(self._trim), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
+
+    # ----- parts: runs of groups packed independently of each other
+
+    def _empty_lists(self):
+        def empty(shape, dtype):
+            return tf.raw_ops.EmptyTensorList(element_shape=shape, max_num_elements=-1,
+                                              element_dtype=dtype)
+        lists = (tuple(empty([-1], d) for d in self.seq_dtypes),
+                 empty([-1, len(self.seq_keys)], tf.int32),
+                 tuple(empty([-1], d) for d in self.scalar_dtypes))
+        return tf.constant(0, tf.int64), lists
+
+    def _gather_part(self, state, inputs):
+        """Appends a group to the part being filled (amortized O(1), no copy); emits the
+        part's lists once it holds ``part_tokens`` tokens or the input ends."""
+        tokens, lists = state
+        is_last, group = inputs
+        lists = tf.nest.map_structure(
+            lambda a, t: tf.raw_ops.TensorListPushBack(input_handle=a, tensor=t), lists, group)
+        tokens += tf.reduce_sum(tf.cast(tf.reduce_max(group[1], axis=1), tf.int64))
+        ready = is_last | (tokens >= self.part_tokens)
+        state = tf.cond(ready, self._empty_lists, lambda: (tokens, lists))
+        return state, (ready, (is_last, lists))
+
+    def _pack_part(self, is_last, lists):
+        """One part -> its packed batches ``{key: [N, B, ...]}`` and rows ``[N]`` (0: skip)."""
+        def concat(a, dtype, shape):
+            return tf.raw_ops.TensorListConcatV2(
+                input_handle=a, element_shape=shape, leading_dims=tf.zeros([0], tf.int64),
+                element_dtype=dtype)[0]
+
+        num = len(self.seq_keys)
+        seq_lists, length_list, scalar_lists = lists
+        values = [concat(a, d, [-1]) for a, d in zip(seq_lists, self.seq_dtypes)]
+        lengths = concat(length_list, tf.int32, [-1, num])
+        scalars = [concat(a, d, [-1]) for a, d in zip(scalar_lists, self.scalar_dtypes)]
+        offsets = tf.concat([tf.zeros([1, num], tf.int32), tf.cumsum(lengths, axis=0)], 0)
+        count = tf.shape(lengths)[0]
+        num_chunks = tf.maximum((count + _CHUNK_SIZE - 1) // _CHUNK_SIZE, 1)
+
+        def chunk(i):
+            lo = i * _CHUNK_SIZE
+            hi = tf.minimum(lo + _CHUNK_SIZE, count)
+            seq = tuple(v[offsets[lo, f]:offsets[hi, f]] for f, v in enumerate(values))
+            return seq, lengths[lo:hi], tuple(v[lo:hi] for v in scalars)
+
+        out_arrays = {k: tf.TensorArray(dtype, size=0, dynamic_size=True, element_shape=shape)
+                      for k, (dtype, shape) in self._batch_signature().items()}
+        rows_array = tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[])
+
+        def body(i, state, written, out_arrays, rows_array):
+            final = tf.equal(i, num_chunks - 1)
+            state, written, out_arrays, rows_array = self._step(
+                state, chunk(i), final, is_last, written, out_arrays, rows_array)
+            return i + 1, state, written, out_arrays, rows_array
+
+        state = self._initial_state()
+        _, _, _, out_arrays, rows_array = tf.while_loop(
+            lambda i, *_: i < num_chunks, body,
+            (tf.constant(0), state, tf.constant(0), out_arrays, rows_array),
+            shape_invariants=(tf.TensorShape([]), (self._pool_shapes(), self._carry_shapes()),
+                              tf.TensorShape([]), {k: tf.TensorShape(None) for k in out_arrays},
+                              tf.TensorShape(None)))
+        return {k: a.stack() for k, a in out_arrays.items()}, rows_array.stack()
 
     def _flatten_group(self, index, group):
         """A ragged batch of examples -> (values, lengths, scalars), long-example policy applied.
@@ -375,16 +458,15 @@ class _Packer:
 
     # ----- one scan step: add a group to the pool, emit every batch that is ready
 
-    def _step(self, state, inputs):
-        final, (g_seq, g_lengths, g_scalars) = inputs
+    def _step(self, state, group, final, is_last, written, out_arrays, rows_array):
+        """Adds a group to the pool and writes every batch that is ready to ``out_arrays``
+        from index ``written`` on; ``final`` (the part's last group) flushes the pool and
+        the carries. Returns the new state, count written and arrays."""
+        g_seq, g_lengths, g_scalars = group
         (p_seq, p_lengths, p_scalars), carry = state
         pool = (tuple(tf.concat([a, b], 0) for a, b in zip(p_seq, g_seq)),
                 tf.concat([p_lengths, g_lengths], 0),
                 tuple(tf.concat([a, b], 0) for a, b in zip(p_scalars, g_scalars)))
-        out_arrays = {k: tf.TensorArray(dtype, size=0, dynamic_size=True,
-                                        element_shape=shape)
-                      for k, (dtype, shape) in self._batch_signature().items()}
-        rows_array = tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[])
 
         def ready(pool, carry):
             pool_tokens = tf.reduce_sum(tf.reduce_max(pool[1], axis=1))
@@ -392,29 +474,28 @@ class _Packer:
             return tf.logical_or(pool_tokens >= self.threshold,
                                  tf.logical_and(final, pending))
 
-        def cond(i, pool, carry, out_arrays, rows_array):
+        def cond(written, pool, carry, out_arrays, rows_array):
             return ready(pool, carry)
 
-        def body(i, pool, carry, out_arrays, rows_array):
+        def body(written, pool, carry, out_arrays, rows_array):
             built, num_rows, pool, carry = self._build(pool, carry)
             b = self.batch_rows
             for k in range(self.per_build):
-                index = i * self.per_build + k
-                out_arrays = {key: out_arrays[key].write(index, v[k * b:(k + 1) * b])
+                out_arrays = {key: out_arrays[key].write(written + k, v[k * b:(k + 1) * b])
                               for key, v in built.items()}
                 # Before the input ends every batch keeps all B rows, so lanes keep their
-                # index; after, the trailing empty rows (and batches) go.
-                rows_array = rows_array.write(
-                    index, tf.where(final, tf.clip_by_value(num_rows - k * b, 0, b), b))
-            return i + 1, pool, carry, out_arrays, rows_array
+                # index; after, the trailing empty rows go. Empty batches are skipped.
+                rows = tf.clip_by_value(num_rows - k * b, 0, b)
+                rows_array = rows_array.write(written + k, tf.where(
+                    is_last | tf.equal(rows, 0), rows, b))
+            return written + self.per_build, pool, carry, out_arrays, rows_array
 
-        _, pool, carry, out_arrays, rows_array = tf.while_loop(
-            cond, body, (tf.constant(0), pool, carry, out_arrays, rows_array),
+        written, pool, carry, out_arrays, rows_array = tf.while_loop(
+            cond, body, (written, pool, carry, out_arrays, rows_array),
             shape_invariants=(tf.TensorShape([]), self._pool_shapes(), self._carry_shapes(),
                               {k: tf.TensorShape(None) for k in out_arrays},
                               tf.TensorShape(None)))
-        outputs = ({k: a.stack() for k, a in out_arrays.items()}, rows_array.stack())
-        return (pool, carry), outputs
+        return (pool, carry), written, out_arrays, rows_array
 
     def _batch_signature(self):
         sig = {}
@@ -600,7 +681,8 @@ class _Packer:
              sorted_keys, sorted_items),
             shape_invariants=(tf.TensorShape([]), row_of.shape, seg_of.shape, start_of.shape,
                               take_of.shape, fill.shape, nseg.shape, row_open.shape,
-                              tf.TensorShape([None]), tf.TensorShape([None])))
+                              tf.TensorShape([None]), tf.TensorShape([None])),
+            maximum_iterations=_FILL_ROUNDS)
         return row_of, seg_of, start_of, take_of, carry_piece
 
     def _row_runs(self, lengths, is_long, smallest, carry_piece, nseg0, closed0, starts, ends,
@@ -662,7 +744,8 @@ class _Packer:
                      & (used + q - p < self.segments))
         reach = tf.reshape(q + tf.cast(long_here, tf.int32), [-1])
         width = num_pool + 1
-        ends_of_rows = _chain(reach, kind * width, self.rows)
+        # Several batches per build means no split examples, hence no carries: one kind.
+        ends_of_rows = _chain(reach, None if self.per_build > 1 else kind * width, self.rows)
         run_start = tf.concat([[0], ends_of_rows[:-1]], 0)
         at = kind * width + run_start
         run_end = tf.gather(tf.reshape(q, [-1]), at)
