@@ -371,3 +371,20 @@ def test_gaps_take_the_longest_example_that_leaves_a_usable_gap():
     ds = examples([1] * 3, [2] * 4, [3] * 2, [4], [5] * 3).apply(
         tfseq.pack(6, batch_size=2, counter=tfseq.DropCounter()))
     assert to_list(ds)[0]["ids"] == [[1, 1, 1, 5, 5, 5], [2, 2, 2, 2, 3, 3]]
+
+
+@pytest.mark.parametrize("rows", [16, 64])
+def test_a_lone_example_that_leaves_an_unusable_gap_keeps_its_row(rows):
+    # 64 examples of 47 tokens in rows of 48 leave a gap of 1, shorter than the shortest
+    # example (2 tokens): each still takes a row of its own (64 rows) and the ten short ones
+    # share one more row, 65 rows in all. A row once gave its only example back, which left
+    # that row and every row after it in the build empty: many empty batches, or rows filled
+    # one example per round.
+    data = [[i] * 47 for i in range(1, 65)] + [[100 + i] * 2 for i in range(10)]
+    batches = to_list(examples(*data).apply(
+        tfseq.pack(48, batch_size=rows, long_examples="drop", counter=tfseq.DropCounter())))
+    used_rows = [row for b in batches for row in b["ids_segment_ids"] if any(row)]
+    assert len(used_rows) == 65
+    assert len(batches) == -(-65 // rows)
+    assert sorted(tok for b in batches for row in b["ids"] for tok in set(row) - {0}) == (
+        list(range(1, 65)) + list(range(100, 110)))

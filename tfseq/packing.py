@@ -295,6 +295,9 @@ class _Packer:
         # of the next batch) or several features are fitted together; else _BUILD_ROWS rows.
         single_lane = long_examples == "split" or len(seq_keys) > 1
         self.per_build = 1 if single_lane else max(1, _BUILD_ROWS // rows)
+        # Nothing is ever carried (and nothing in the pool is longer than a block): the lean
+        # build without the lanes' bookkeeping places exactly the same rows.
+        self.no_carry = not single_lane
         self.rows = rows * self.per_build  # rows placed per build
         self.segments = segments
         # The pool holds `window` batches' worth beyond what one build takes.
@@ -314,7 +317,8 @@ class _Packer:
             lambda shape, dtype: tf.TensorSpec(shape, dtype), self._carry_shapes(),
             self._pool_dtypes()))
         # Traced once, whatever the scan's own retracing.
-        self._build = tf.function(self._build_batch, input_signature=(pool_spec, carry_spec),
+        self._build = tf.function(self._build_simple if self.no_carry else self._build_batch,
+                                  input_signature=(pool_spec, carry_spec),
                                   autograph=False)
 
     # ----- the dataset plumbing
@@ -735,7 +739,9 @@ class _Packer:
             return gap[:, None] - (tf.gather(starts, q) - starts[None])
 
         left = left_at(end)
-        give_back = ((end > p) & tf.reduce_any((left > 0) & (left < smallest), axis=2)
+        # (A row keeps its only example: giving it back would leave the row empty and stop
+        # the chain of runs there.)
+        give_back = ((end > p + 1) & tf.reduce_any((left > 0) & (left < smallest), axis=2)
                      & tf.logical_not(tf.gather(long_pad, end)))
         q = end - tf.cast(give_back, tf.int32)
         left = left_at(q)
@@ -744,8 +750,7 @@ class _Packer:
                      & (used + q - p < self.segments))
         reach = tf.reshape(q + tf.cast(long_here, tf.int32), [-1])
         width = num_pool + 1
-        # Several batches per build means no split examples, hence no carries: one kind.
-        ends_of_rows = _chain(reach, None if self.per_build > 1 else kind * width, self.rows)
+        ends_of_rows = _chain(reach, None if self.no_carry else kind * width, self.rows)
         run_start = tf.concat([[0], ends_of_rows[:-1]], 0)
         at = kind * width + run_start
         run_end = tf.gather(tf.reshape(q, [-1]), at)
@@ -763,6 +768,130 @@ class _Packer:
         long_take = tf.where(here[:, None],
                              tf.minimum(tf.gather(lengths_pad, run_end), left), 0)
         return run_start, run_end, tf.where(here, run_end, -1), blocks - left, long_take
+
+    # ----- one build, the common case: one sequence feature, no split (no carries, no longs)
+
+    def _assign_simple(self, lengths):
+        """``_assign`` for one feature and no example longer than the block (so nothing is
+        carried and nothing is long): the same placement with the dead branches left out.
+
+        Args:
+          lengths: int32 ``[P]``, the pool examples' lengths, oldest first.
+
+        Returns:
+          int32 ``[P]``: each example's row (-1 if it stays in the pool) and segment id.
+        """
+        block, rows = self.blocks[0], self.rows
+        num_pool = tf.shape(lengths)[0]
+        smallest = tf.reduce_min(lengths)
+        ends = tf.cumsum(lengths)
+        starts = tf.concat([[0], ends], 0)                                     # [P + 1]
+
+        # 1. Rows take consecutive runs of the oldest examples (see _row_runs).
+        p = tf.range(num_pool + 1)
+        end = tf.searchsorted(ends, starts + block, side="right")
+        end = tf.maximum(tf.minimum(end, p + self.segments), p)
+        left = block - (tf.gather(starts, end) - starts)
+        give_back = (end > p + 1) & (left > 0) & (left < smallest)
+        reach = end - tf.cast(give_back, tf.int32)
+        run_end = _chain(reach, None, rows)
+        run_start = tf.concat([[0], run_end[:-1]], 0)
+        fill = tf.gather(starts, run_end) - tf.gather(starts, run_start)
+        if self.per_build > 1:  # see _row_runs
+            needed = -(-tf.reduce_sum(lengths) // block)
+            active = tf.range(rows) < tf.maximum(needed, 1)
+            run_end = tf.where(active, run_end, run_start)
+            fill = tf.where(active, fill, 0)
+
+        runs = tf.ragged.range(run_start, run_end)
+        items = runs.flat_values[:, None]
+        item_rows = tf.cast(runs.value_rowids(), tf.int32)
+        row_of = tf.scatter_nd(items, item_rows + 1, [num_pool]) - 1
+        seg_of = tf.scatter_nd(items, items[:, 0] - tf.gather(run_start, item_rows) + 1,
+                               [num_pool])
+        nseg = run_end - run_start
+        row_open = tf.fill([rows], True)
+        if self.per_build > 1:
+            row_open = tf.range(rows) <= tf.reduce_max(
+                tf.where(run_end > run_start, tf.range(rows), 0))
+
+        # 2. Best fit into the gaps (see _assign): the waiting examples sorted by (length,
+        # age), a binary search per row; each row proposes one example per round, the lowest
+        # row wins.
+        wide = tf.cast(num_pool + 1, tf.int64)
+        waiting = tf.cast(tf.where(row_of < 0)[:, 0], tf.int32)
+        keys = (tf.cast(tf.gather(lengths, waiting), tf.int64) * wide
+                + tf.cast(num_pool - waiting, tf.int64))
+        order = tf.argsort(keys)
+        sorted_keys, sorted_items = tf.gather(keys, order), tf.gather(waiting, order)
+        all_rows = tf.range(rows)
+
+        def largest_up_to(limit, sorted_keys, sorted_items):
+            bound = tf.cast(limit, tf.int64) * wide + tf.cast(num_pool, tf.int64)
+            pos = tf.searchsorted(sorted_keys, bound, side="right") - 1
+            return tf.gather(tf.concat([[-1], sorted_items], 0), pos + 1), pos >= 0
+
+        def fill_gaps(placed_any, row_of, seg_of, fill, nseg, sorted_keys, sorted_items):
+            alive = tf.gather(row_of, sorted_items) < 0
+            sorted_keys = tf.boolean_mask(sorted_keys, alive)
+            sorted_items = tf.boolean_mask(sorted_items, alive)
+            gap = block - fill
+            fit, fits = largest_up_to(gap, sorted_keys, sorted_items)
+            exact = fits & (tf.gather(lengths, tf.maximum(fit, 0)) == gap)
+            clean, cleans = largest_up_to(gap - smallest, sorted_keys, sorted_items)
+            choice = tf.where(exact | tf.logical_not(cleans), fit, clean)
+            wants = row_open & (nseg < self.segments) & fits
+            claim = tf.where(wants, choice, num_pool)
+            winner = tf.math.unsorted_segment_min(all_rows, claim, num_pool + 1)
+            won = wants & (tf.gather(winner, claim) == all_rows)
+            won_rows = tf.cast(tf.where(won)[:, 0], tf.int32)
+            won_items = tf.gather(choice, won_rows)[:, None]
+            row_of = tf.tensor_scatter_nd_update(row_of, won_items, won_rows)
+            seg_of = tf.tensor_scatter_nd_update(seg_of, won_items,
+                                                 tf.gather(nseg, won_rows) + 1)
+            fill += tf.scatter_nd(won_rows[:, None], tf.gather(lengths, won_items[:, 0]), [rows])
+            nseg += tf.cast(won, tf.int32)
+            return tf.reduce_any(won), row_of, seg_of, fill, nseg, sorted_keys, sorted_items
+
+        _, row_of, seg_of, _, _, _, _ = tf.while_loop(
+            lambda placed_any, *_: placed_any, fill_gaps,
+            (num_pool > 0, row_of, seg_of, fill, nseg, sorted_keys, sorted_items),
+            shape_invariants=(tf.TensorShape([]), row_of.shape, seg_of.shape, fill.shape,
+                              nseg.shape, tf.TensorShape([None]), tf.TensorShape([None])),
+            maximum_iterations=_FILL_ROUNDS)
+        return row_of, seg_of
+
+    def _build_simple(self, pool, carry):
+        """``_build_batch`` for one feature and no split: the carry stays empty."""
+        (p_seq, p_lengths, p_scalars) = pool
+        lengths = p_lengths[:, 0]
+        row_of, seg_of = self._assign_simple(lengths)
+        placed = row_of >= 0
+        pool_idx = tf.where(placed)[:, 0]
+        piece_row = tf.gather(row_of, pool_idx)
+        piece_seg = tf.gather(seg_of, pool_idx)
+        p_starts = _exclusive_cumsum(lengths)
+        order = tf.argsort(tf.cast(piece_row, tf.int64) * (self.segments + 1)
+                           + tf.cast(piece_seg, tf.int64))
+        in_order = lambda x: tf.gather(x, order)  # noqa: E731
+        key = self.seq_keys[0]
+        laid_out = _lay_out(p_seq[0], in_order(tf.gather(p_starts, pool_idx)),
+                            in_order(tf.gather(lengths, pool_idx)), in_order(piece_row),
+                            in_order(piece_seg), tf.zeros_like(piece_row, tf.bool),
+                            self.rows, self.blocks[0])
+        batch = {key + suffix: dense
+                 for suffix, dense in zip(("",) + PACKED_SUFFIXES[:3], laid_out)}
+        seg_index = tf.stack([piece_row, piece_seg - 1], 1)
+        for s, name in enumerate(self.scalar_keys):
+            empty = tf.zeros([self.rows, self.segments], self.scalar_dtypes[s])
+            batch[name] = tf.tensor_scatter_nd_update(empty, seg_index,
+                                                      tf.gather(p_scalars[s], pool_idx))
+        num_rows = tf.reduce_max(tf.concat([piece_row, [-1]], 0)) + 1
+        keep_idx = tf.where(tf.logical_not(placed))[:, 0]
+        kept_lengths = tf.gather(p_lengths, keep_idx)
+        new_pool = ((_gather_spans(p_seq[0], tf.gather(p_starts, keep_idx), kept_lengths[:, 0]),),
+                    kept_lengths, tuple(tf.gather(v, keep_idx) for v in p_scalars))
+        return batch, num_rows, new_pool, carry
 
     def _build_batch(self, pool, carry):
         (p_seq, p_lengths, p_scalars), (c_seq, c_lengths, c_scalars) = pool, carry
