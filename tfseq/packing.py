@@ -47,18 +47,21 @@ Examples longer than a block (in any feature):
 Examples with no token in any feature cannot be represented by segment ids; they are dropped
 and counted as ``"empty"``.
 
-How: examples wait in a pool of about ``window`` batches' worth of tokens (beyond what one
+How: the input is cut into parts of about 128 batches' worth of tokens, packed independently
+of each other and in parallel (a few parts at once); each part ends with its open rows
+flushed, so its last batch may be part-filled (about 1/128 of the batches at most). Inside a
+part, examples wait in a pool of about ``window`` batches' worth of tokens (beyond what one
 build takes). When the pool is full, a build places rows: one batch of B rows, or, with one
 sequence feature and no ``"split"`` (no lane to keep), several batches' rows at once (64 rows
 in all), which spreads the build's fixed cost. In a build each row takes its carried
 continuation piece (if any), then the pool's examples in arrival order, each placed if it fits
 (greedy first fit per row, in tf ops), so the oldest examples leave first and the input order
-(its shuffle) is kept up to the window. Everything runs in the tf.data graph
-(``Dataset.scan``); memory is bounded by the pool plus one carried piece per lane. Every
-example is emitted exactly once per epoch; ``unpack`` turns packed batches back into examples.
-Batches have B rows, except those built after the input ends, which drop their trailing empty
-rows (a row may stay empty before a row still carrying a split example, so that every lane
-keeps its index).
+(its shuffle) is kept up to the window. Everything runs in the tf.data graph; memory is
+bounded by the parts in flight (their tokens and packed batches) plus one carried piece per
+lane. Every example is emitted exactly once per epoch; ``unpack`` turns packed batches back
+into examples. Batches have B rows, except those built after the input ends, which drop their
+trailing empty rows (a row may stay empty before a row still carrying a split example, so
+that every lane keeps its index).
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ LONG_EXAMPLES = ("split", "truncate", "drop")
 # Examples move from the input into the pool this many at a time.
 _GROUP_SIZE = 128
 # Inside a part, the pool takes this many examples per step.
-_CHUNK_SIZE = 256
+_CHUNK_SIZE = 1024
 # A part (packed independently of the others, in parallel) holds this many batches' worth of
 # tokens; its last batch may be part-filled, so this bounds the loss to about 1/_PART_BATCHES.
 _PART_BATCHES = 128
