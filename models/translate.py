@@ -224,8 +224,11 @@ def decode_examples(model: keras.Model, eval_ds: tf.data.Dataset, info: dict,
     """``count`` held-out examples as text lines: source, reference and greedy hypothesis.
 
     ``eval_ds`` holds padded batches (``pipelines.translate`` evaluates padded in every
-    batching mode)."""
-    features, targets, _ = next(iter(eval_ds))
+    batching mode). An empty held-out set gives one line saying so."""
+    first = list(eval_ds.take(1))
+    if not first:
+        return ["(no held-out examples to decode)"]
+    features, targets, _ = first[0]
     features = {k: v[:count] for k, v in features.items()}
     hypotheses = greedy_decode(model, features["source"], features["source_length"],
                                max_length=info["max_length"], bos_id=info["bos_id"],

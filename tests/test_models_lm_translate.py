@@ -148,6 +148,8 @@ def test_translate_trains_decodes_and_reloads(tmp_path):
             assert (row[end[0] + 1:] == 0).all()
     lines = translate_model.decode_examples(model, evaluation, info, count=2)
     assert len(lines) == 6 and lines[0].startswith("source:")
+    assert translate_model.decode_examples(model, evaluation.take(0), info) == [
+        "(no held-out examples to decode)"]
     path = str(tmp_path / "translate.keras")
     model.save(path)
     loaded = keras.models.load_model(path)
