@@ -32,7 +32,8 @@ it, and how many seeds reach it. Seconds exclude graph
 tracing: before timing, the model is fitted on 3 batches and evaluated on one, then its
 weights and optimizer state are restored. ``--lr_scaling=sqrt|linear`` scales each scheme's
 learning rate with its input tokens per step against the baseline's (Adam, the models'
-default rate otherwise).
+default rate otherwise); a scheme written ``bucket/sqrt`` (or ``/linear``, ``/none``) uses that
+rule whatever ``--lr_scaling`` says, so one run can compare rules against one baseline.
 
 ``--match_time`` compares at equal time instead of equal epochs: the baseline trains
 ``--epochs``; every other scheme trains epochs until its cumulative seconds (``--clock``: this
@@ -76,7 +77,8 @@ from absl import app, flags, logging  # noqa: E402
 FLAGS = flags.FLAGS
 flags.DEFINE_list("tasks", ["classify", "lm"], "Tasks.")
 flags.DEFINE_list("schemes", ["pad", "tfdata", "bucket", "pack"],
-                  "pad[:rows], tfdata, bucket, pack; the first is the baseline.")
+                  "pad[:rows], tfdata, bucket, pack; the first is the baseline. A suffix "
+                  "/none, /sqrt or /linear overrides --lr_scaling for that scheme (bucket/sqrt).")
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds.")
 flags.DEFINE_integer("epochs", 3, "Epochs per run (with --match_time: the baseline's).")
 flags.DEFINE_bool("match_time", False, "Give every scheme after the baseline the baseline's "
@@ -290,6 +292,12 @@ def run(task: str, scheme: str, seed: int, data: dict, knob=None, value=None,
     the ``--clock``) epochs until the budget is spent (``epochs_to_run``)."""
     import keras
 
+    label = scheme
+    scheme, _, scaling = scheme.partition("/")
+    scaling = scaling or FLAGS.lr_scaling
+    if scaling not in ("none", "sqrt", "linear"):
+        raise ValueError(f"--schemes: {label!r}: the learning-rate rule after '/' must be none, "
+                         f"sqrt or linear")
     pipeline, model_module, config = task_config(task, scheme, seed, data)
     keras.utils.set_random_seed(seed)
     with bucketing(scheme, knob, value, FLAGS.max_tokens):
@@ -297,7 +305,7 @@ def run(task: str, scheme: str, seed: int, data: dict, knob=None, value=None,
     shapes = one_pass(train_ds)
     model_config = model_module.ModelConfig()
     lr = (FLAGS.learning_rate or model_config.learning_rate) * lr_factor(
-        shapes["tokens_per_step"], baseline_tokens, FLAGS.lr_scaling)
+        shapes["tokens_per_step"], baseline_tokens, scaling)
     model_config = dataclasses.replace(model_config, learning_rate=lr)
     model = model_module.build_model(config, info, model_config)
     warm_up(model, train_ds, eval_ds)
@@ -312,7 +320,7 @@ def run(task: str, scheme: str, seed: int, data: dict, knob=None, value=None,
         key = "loss" if task == "lm" else next(k for k in result if "acc" in k)
         epochs.append({"seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2),
                        "metric": float(result[key])})
-    label = scheme if knob is None else f"{scheme} {knob}={value}"
+    label = label if knob is None else f"{label} {knob}={value}"
     logging.info("%s %s seed %d lr %.4g: %s %s", task, label, seed, lr, epochs, shapes)
     return {"task": task, "scheme": label, "seed": seed, "batch_size": config.batch_size,
             "learning_rate": lr, "budget": budget, "shapes": shapes, "epochs": epochs}
@@ -468,10 +476,11 @@ def plot(summaries, path: str):
     for ax, summary in zip(axes.flat, summaries):
         for i, row in enumerate(summary["schemes"]):
             name = row["scheme"].split(",")[0].split(" ")[0]
+            name, _, scaling = name.partition("/")  # bucket/sqrt: bucket's color, dashed
             color = SCHEME_COLORS.get("pad:" if name.startswith("pad:") else name, f"C{5 + i}")
             ax.errorbar(row["seconds_mean"], row["metric_mean"],
                         yerr=np.array(row["metric_spread"]) / 2, marker="o", capsize=2,
-                        color=color, label=row["scheme"])
+                        color=color, linestyle="--" if scaling else "-", label=row["scheme"])
         ax.axhline(summary["target"], color="gray", linestyle=":", linewidth=1)
         ax.set_title(f"{summary['task']} ({summary.get('corpus', '')})")
         ax.set_xlabel(f"training {summary.get('clock', 'wall')} seconds (mean over seeds)")

@@ -170,3 +170,8 @@ def test_summarize_runs_with_different_epoch_counts_under_a_time_budget():
     assert "| bucket | 10 x 1000 (0.0 x 0.0, 0.00) | 0.003 | 3-4 | 0.555 (0.010) | 19.0 | " \
            "16.5 (0.82x), 2/2 |" in table
     assert "3-4 epochs, end 0.5550(0.010) at 19.0 s" in bench.format_summary(summary)
+
+
+def test_a_scheme_suffix_must_name_a_learning_rate_rule():
+    with pytest.raises(ValueError, match="'bucket/cube'.*none, sqrt or linear"):
+        bench.run("lm", "bucket/cube", 0, {})
