@@ -5,6 +5,7 @@ Usage:
   python scripts/bench_convergence.py --corpus=skewed --json_out=bench_out/conv.json \
       --plot=docs/convergence.png
   python scripts/bench_convergence.py --tasks=lm --schemes=pad --sweep=pool_budgets:1,4,16,256
+  python scripts/bench_convergence.py --corpus=skewed --match_time --clock=cpu --markdown
 
 For each task (classify: held-out accuracy, higher is better; lm: held-out loss, lower is
 better), each scheme and each seed: the task pipeline's datasets and the task's
@@ -31,7 +32,14 @@ it, and how many seeds reach it. Seconds exclude graph
 tracing: before timing, the model is fitted on 3 batches and evaluated on one, then its
 weights and optimizer state are restored. ``--lr_scaling=sqrt|linear`` scales each scheme's
 learning rate with its input tokens per step against the baseline's (Adam, the models'
-default rate otherwise).
+default rate otherwise); a scheme written ``bucket/sqrt`` (or ``/linear``, ``/none``) uses that
+rule whatever ``--lr_scaling`` says, so one run can compare rules against one baseline.
+
+``--match_time`` compares at equal time instead of equal epochs: the baseline trains
+``--epochs``; every other scheme trains epochs until its cumulative seconds (``--clock``: this
+process's CPU seconds with ``cpu``, else wall) reach the baseline's total for the same seed (its
+last epoch may overshoot), at most ``--max_epochs``. Schemes then differ in epochs run; the
+seed-mean curve covers the epochs every seed ran, and the metric at the end is each seed's last.
 
 ``--corpus=skewed`` writes a generated corpus with long-tailed lengths (log-normal, median 10
 tokens, up to 120) to ``--data_dir`` and trains on it through the pipelines' user-file options
@@ -44,7 +52,7 @@ the bucket scheme once per value of a ``tfseq.bucket_by_length`` argument (``poo
 ``--plot`` draws held-out metric vs wall seconds (matplotlib, the optional ``plot`` extra;
 skipped with a warning without it). Wall seconds come from a shared, loaded 2-core machine
 unless you run it elsewhere: compare them within one run only. Each epoch also records the
-process's CPU seconds; ``--from_json=... --clock=cpu`` summarizes those instead.
+process's CPU seconds; ``--clock=cpu`` (live or with ``--from_json``) summarizes those instead.
 """
 
 from __future__ import annotations
@@ -69,9 +77,14 @@ from absl import app, flags, logging  # noqa: E402
 FLAGS = flags.FLAGS
 flags.DEFINE_list("tasks", ["classify", "lm"], "Tasks.")
 flags.DEFINE_list("schemes", ["pad", "tfdata", "bucket", "pack"],
-                  "pad[:rows], tfdata, bucket, pack; the first is the baseline.")
+                  "pad[:rows], tfdata, bucket, pack; the first is the baseline. A suffix "
+                  "/none, /sqrt or /linear overrides --lr_scaling for that scheme (bucket/sqrt).")
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds.")
-flags.DEFINE_integer("epochs", 3, "Epochs per run.")
+flags.DEFINE_integer("epochs", 3, "Epochs per run (with --match_time: the baseline's).")
+flags.DEFINE_bool("match_time", False, "Give every scheme after the baseline the baseline's "
+                  "time budget: it trains epochs until its cumulative seconds (--clock) reach "
+                  "the baseline's total for the same seed, at most --max_epochs.")
+flags.DEFINE_integer("max_epochs", 30, "With --match_time: the most epochs of any run.")
 flags.DEFINE_enum("corpus", "embedded", ["embedded", "skewed"], "The embedded verse corpus, or "
                   "a generated one with long-tailed lengths (user-file path of the pipelines).")
 flags.DEFINE_integer("lm_max_lines", 3000, "lm, embedded corpus: the first lines read.")
@@ -87,8 +100,9 @@ flags.DEFINE_enum("lr_scaling", "none", ["none", "sqrt", "linear"], "Scale each 
 flags.DEFINE_string("sweep", None, "knob:v1,v2,... for the bucket scheme (pool_budgets, "
                     "length_noise, bucket_width).")
 flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
-flags.DEFINE_enum("clock", "wall", ["wall", "cpu"], "With --from_json: summarize wall seconds "
-                  "or this process's CPU seconds (less sensitive to other load on the machine).")
+flags.DEFINE_enum("clock", "wall", ["wall", "cpu"], "Summarize (and, with --match_time, budget) "
+                  "wall seconds or this process's CPU seconds (less sensitive to other load on "
+                  "the machine).")
 flags.DEFINE_bool("markdown", False, "With --from_json: also print Markdown tables.")
 flags.DEFINE_list("from_json", None, "Train nothing: summarize (and plot) the runs of these "
                   "--json_out files, per task and corpus, the first scheme of each the baseline.")
@@ -262,10 +276,28 @@ def lr_factor(tokens_per_step: float, baseline_tokens: float | None, scaling: st
     return math.sqrt(ratio) if scaling == "sqrt" else ratio
 
 
+def epochs_to_run(done: int, spent: float, budget: float | None, epochs: int,
+                  max_epochs: int) -> bool:
+    """Whether a run that has trained ``done`` epochs in ``spent`` seconds trains another:
+    without a ``budget``, until ``epochs``; with one, while ``spent < budget`` (the last epoch
+    may overshoot it), at most ``max_epochs``."""
+    if budget is None:
+        return done < epochs
+    return spent < budget and done < max_epochs
+
+
 def run(task: str, scheme: str, seed: int, data: dict, knob=None, value=None,
-        baseline_tokens: float | None = None) -> dict:
+        baseline_tokens: float | None = None, budget: float | None = None) -> dict:
+    """Trains one (task, scheme, seed): ``--epochs`` epochs, or with a ``budget`` (seconds on
+    the ``--clock``) epochs until the budget is spent (``epochs_to_run``)."""
     import keras
 
+    label = scheme
+    scheme, _, scaling = scheme.partition("/")
+    scaling = scaling or FLAGS.lr_scaling
+    if scaling not in ("none", "sqrt", "linear"):
+        raise ValueError(f"--schemes: {label!r}: the learning-rate rule after '/' must be none, "
+                         f"sqrt or linear")
     pipeline, model_module, config = task_config(task, scheme, seed, data)
     keras.utils.set_random_seed(seed)
     with bucketing(scheme, knob, value, FLAGS.max_tokens):
@@ -273,12 +305,13 @@ def run(task: str, scheme: str, seed: int, data: dict, knob=None, value=None,
     shapes = one_pass(train_ds)
     model_config = model_module.ModelConfig()
     lr = (FLAGS.learning_rate or model_config.learning_rate) * lr_factor(
-        shapes["tokens_per_step"], baseline_tokens, FLAGS.lr_scaling)
+        shapes["tokens_per_step"], baseline_tokens, scaling)
     model_config = dataclasses.replace(model_config, learning_rate=lr)
     model = model_module.build_model(config, info, model_config)
     warm_up(model, train_ds, eval_ds)
     seconds, cpu_seconds, epochs = 0.0, 0.0, []
-    for _ in range(FLAGS.epochs):
+    while epochs_to_run(len(epochs), cpu_seconds if FLAGS.clock == "cpu" else seconds, budget,
+                        FLAGS.epochs, FLAGS.max_epochs):
         start, cpu_start = time.perf_counter(), time.process_time()
         model.fit(train_ds, epochs=1, verbose=0)
         seconds += time.perf_counter() - start
@@ -287,10 +320,26 @@ def run(task: str, scheme: str, seed: int, data: dict, knob=None, value=None,
         key = "loss" if task == "lm" else next(k for k in result if "acc" in k)
         epochs.append({"seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2),
                        "metric": float(result[key])})
-    label = scheme if knob is None else f"{scheme} {knob}={value}"
+    label = label if knob is None else f"{label} {knob}={value}"
     logging.info("%s %s seed %d lr %.4g: %s %s", task, label, seed, lr, epochs, shapes)
     return {"task": task, "scheme": label, "seed": seed, "batch_size": config.batch_size,
-            "learning_rate": lr, "shapes": shapes, "epochs": epochs}
+            "learning_rate": lr, "budget": budget, "shapes": shapes, "epochs": epochs}
+
+
+def baseline_budgets(runs, clock: str) -> dict:
+    """Per seed: the baseline run's total training seconds on the ``clock`` (``"cpu"`` or
+    ``"wall"``), the time budget of the other schemes under ``--match_time``."""
+    key = "cpu_seconds" if clock == "cpu" else "seconds"
+    return {r["seed"]: r["epochs"][-1][key] for r in runs}
+
+
+def on_clock(r: dict, clock: str) -> dict:
+    """``r`` with each epoch's ``seconds`` (what the summaries read) taken from the ``clock``:
+    ``"cpu"`` uses ``cpu_seconds`` where every epoch has it (runs stored before the CPU clock
+    keep wall seconds)."""
+    if clock == "cpu" and all("cpu_seconds" in e for e in r["epochs"]):
+        return {**r, "epochs": [{**e, "seconds": e["cpu_seconds"]} for e in r["epochs"]]}
+    return r
 
 
 # ----------------------------------------------------------------------------- summary
@@ -309,10 +358,17 @@ def time_to(runs, target: float, higher: bool) -> list:
     return out
 
 
+def common_epochs(runs, key: str) -> np.ndarray:
+    """``[seeds, epochs]`` array of ``key`` over the epochs every run has (runs under a time
+    budget may differ by an epoch or so)."""
+    n = min(len(r["epochs"]) for r in runs)
+    return np.array([[e[key] for e in r["epochs"][:n]] for r in runs])
+
+
 def baseline_target(runs, higher: bool) -> tuple[float, float]:
     """(best seed-mean metric over the epochs of ``runs``, the target: 0.005 below it for
     accuracy, 1% above it for loss)."""
-    mean = np.array([[e["metric"] for e in r["epochs"]] for r in runs]).mean(0)
+    mean = common_epochs(runs, "metric").mean(0)
     best = float(mean.max() if higher else mean.min())
     return best, (best - 0.005 if higher else best * 1.01)
 
@@ -327,8 +383,8 @@ def summarize(task: str, by_scheme: dict, baseline: str | None = None) -> dict:
     best, target = baseline_target(by_scheme[baseline], higher)
     rows = []
     for scheme, runs in by_scheme.items():
-        m = np.array([[e["metric"] for e in r["epochs"]] for r in runs])
-        s = np.array([[e["seconds"] for e in r["epochs"]] for r in runs])
+        m, s = common_epochs(runs, "metric"), common_epochs(runs, "seconds")
+        final = np.array([r["epochs"][-1]["metric"] for r in runs])
         mean_run = {"epochs": [{"seconds": float(t), "metric": float(v)}
                                for t, v in zip(s.mean(0), m.mean(0))]}
         shapes = {k: round(float(np.mean([r["shapes"][k] for r in runs])), 3)
@@ -338,6 +394,11 @@ def summarize(task: str, by_scheme: dict, baseline: str | None = None) -> dict:
                      "metric_spread": (m.max(0) - m.min(0)).round(4).tolist(),
                      "seconds_mean": s.mean(0).round(1).tolist(),
                      "seconds_spread": round(float(s[:, -1].max() - s[:, -1].min()), 1),
+                     "epochs_run": [len(r["epochs"]) for r in runs],
+                     "final_metric_mean": round(float(final.mean()), 4),
+                     "final_metric_spread": round(float(final.max() - final.min()), 4),
+                     "final_seconds_mean": round(float(np.mean(
+                         [r["epochs"][-1]["seconds"] for r in runs])), 1),
                      "seconds_to_target": None if seconds is None else round(seconds, 2),
                      "seeds_to_target": time_to(runs, target, higher),
                      "learning_rate": float(np.mean([r.get("learning_rate", 0) for r in runs])),
@@ -352,6 +413,12 @@ def summarize(task: str, by_scheme: dict, baseline: str | None = None) -> dict:
             "baseline_seconds": base_seconds, "schemes": rows}
 
 
+def epochs_text(row: dict) -> str:
+    """The epochs a scheme's seeds ran: ``"3"`` or ``"9-10"``."""
+    lo, hi = min(row["epochs_run"]), max(row["epochs_run"])
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
 def format_summary(summary: dict) -> str:
     lines = [f"{summary['task']} ({summary['metric']}): baseline {summary['baseline']} best "
              f"{summary['baseline_best']:.4f}, target {summary['target']:.4f}, reached by the "
@@ -361,8 +428,9 @@ def format_summary(summary: dict) -> str:
                                for m, s in zip(row["metric_mean"], row["metric_spread"]))
         reached = sum(t is not None for t in row["seeds_to_target"])
         lines.append(
-            f"  {row['scheme']:24} {per_epoch} at {row['seconds_mean'][-1]:.1f} s "
-            f"(spread {row.get('seconds_spread', 0):.1f}); "
+            f"  {row['scheme']:24} {per_epoch}; {epochs_text(row)} epochs, end "
+            f"{row['final_metric_mean']:.4f}({row['final_metric_spread']:.3f}) at "
+            f"{row['final_seconds_mean']:.1f} s; "
             f"target at {row['seconds_to_target']} s ({row['fraction_of_baseline_time']}x), "
             f"{reached}/{len(row['seeds_to_target'])} seeds; "
             f"{row.get('steps', '?')} steps x {row.get('tokens_per_step', '?')} tokens "
@@ -374,21 +442,20 @@ def format_summary(summary: dict) -> str:
 def markdown_table(summary: dict) -> str:
     """A summary as a Markdown table (one row per scheme)."""
     unit = "accuracy" if summary["metric"] == "accuracy" else "loss"
-    lines = [f"| scheme | steps/epoch x tokens/step (rows x length, padding eff.) | held-out "
-             f"{unit} per epoch, seed mean (spread) | s after the last epoch (spread) | "
+    lines = [f"| scheme | steps/epoch x tokens/step (rows x length, padding eff.) | lr | epochs | "
+             f"held-out {unit} at the end, seed mean (spread) | s at the end | "
              f"reaches {summary['target']:.3f}: s (x baseline), seeds |",
-             "| --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for row in summary["schemes"]:
-        per_epoch = " / ".join(f"{m:.3f} ({s:.3f})"
-                               for m, s in zip(row["metric_mean"], row["metric_spread"]))
         reached = sum(t is not None for t in row["seeds_to_target"])
         to = ("never" if row["seconds_to_target"] is None else
               f"{row['seconds_to_target']:.1f} ({row['fraction_of_baseline_time']:.2f}x)")
         lines.append(
             f"| {row['scheme']} | {row.get('steps', 0):.0f} x {row.get('tokens_per_step', 0):.0f} "
             f"({row.get('rows', 0):.1f} x {row.get('length', 0):.1f}, "
-            f"{row.get('padding_efficiency', 0):.2f}) | {per_epoch} | "
-            f"{row['seconds_mean'][-1]:.1f} ({row.get('seconds_spread', 0):.1f}) | "
+            f"{row.get('padding_efficiency', 0):.2f}) | {row['learning_rate']:.3g} | "
+            f"{epochs_text(row)} | {row['final_metric_mean']:.3f} "
+            f"({row['final_metric_spread']:.3f}) | {row['final_seconds_mean']:.1f} | "
             f"{to}, {reached}/{len(row['seeds_to_target'])} |")
     return "\n".join(lines)
 
@@ -409,10 +476,11 @@ def plot(summaries, path: str):
     for ax, summary in zip(axes.flat, summaries):
         for i, row in enumerate(summary["schemes"]):
             name = row["scheme"].split(",")[0].split(" ")[0]
+            name, _, scaling = name.partition("/")  # bucket/sqrt: bucket's color, dashed
             color = SCHEME_COLORS.get("pad:" if name.startswith("pad:") else name, f"C{5 + i}")
             ax.errorbar(row["seconds_mean"], row["metric_mean"],
                         yerr=np.array(row["metric_spread"]) / 2, marker="o", capsize=2,
-                        color=color, label=row["scheme"])
+                        color=color, linestyle="--" if scaling else "-", label=row["scheme"])
         ax.axhline(summary["target"], color="gray", linestyle=":", linewidth=1)
         ax.set_title(f"{summary['task']} ({summary.get('corpus', '')})")
         ax.set_xlabel(f"training {summary.get('clock', 'wall')} seconds (mean over seeds)")
@@ -441,10 +509,9 @@ def resummarize(paths) -> list:
         for r in stored["runs"]:
             key = (r["task"], corpus)
             # time_to and the plot read "seconds"; runs stored before the CPU clock keep wall.
-            cpu = FLAGS.clock == "cpu" and all("cpu_seconds" in e for e in r["epochs"])
-            if cpu:
-                r = {**r, "epochs": [{**e, "seconds": e["cpu_seconds"]} for e in r["epochs"]]}
-            clocks.setdefault(key, set()).add("CPU" if cpu else "wall")
+            timed = on_clock(r, FLAGS.clock)
+            clocks.setdefault(key, set()).add("wall" if timed is r else "CPU")
+            r = timed
             groups.setdefault(key, {}).setdefault(r["scheme"], []).append(r)
     summaries = []
     for (task, corpus), by_scheme in groups.items():
@@ -479,36 +546,41 @@ def main(argv):
     summaries, raw = [], []
     print("shared, loaded 2-core machine: compare wall seconds within this run only")
     for task in FLAGS.tasks:
-        by_scheme, base_tokens = {}, None
+        by_scheme, base_tokens, budgets = {}, None, {}
         for scheme in FLAGS.schemes:
-            by_scheme[scheme] = [run(task, scheme, seed, data, baseline_tokens=base_tokens)
-                                 for seed in seeds]
+            by_scheme[scheme] = [run(task, scheme, seed, data, baseline_tokens=base_tokens,
+                                     budget=budgets.get(seed)) for seed in seeds]
             if base_tokens is None:
                 base_tokens = float(np.mean([r["shapes"]["tokens_per_step"]
                                              for r in by_scheme[scheme]]))
+                if FLAGS.match_time:
+                    budgets = baseline_budgets(by_scheme[scheme], FLAGS.clock)
         if sweep:
             knob, values = sweep
             for value in values:
-                runs = [run(task, "bucket", seed, data, knob, value, base_tokens)
-                        for seed in seeds]
+                runs = [run(task, "bucket", seed, data, knob, value, base_tokens,
+                            budgets.get(seed)) for seed in seeds]
                 by_scheme[runs[0]["scheme"]] = runs
         for runs in by_scheme.values():
             raw.extend(runs)
-        summary = summarize(task, by_scheme)
+        summary = summarize(task, {k: [on_clock(r, FLAGS.clock) for r in v]
+                                   for k, v in by_scheme.items()})
         summary["corpus"] = FLAGS.corpus
+        summary["clock"] = "CPU" if FLAGS.clock == "cpu" else "wall"
         summaries.append(summary)
-        print(format_summary(summary), flush=True)
-    if FLAGS.json_out:
-        os.makedirs(os.path.dirname(FLAGS.json_out) or ".", exist_ok=True)
-        with open(FLAGS.json_out, "w") as f:
-            json.dump({"flags": {k: FLAGS[k].value for k in (
-                "tasks", "schemes", "seeds", "epochs", "corpus", "lm_max_lines",
-                "classify_max_lines", "skewed_lines", "max_tokens", "learning_rate", "lr_scaling",
-                "sweep")},
-                "summaries": summaries, "runs": raw}, f, indent=1)
+        print(f"[{summary['clock']} seconds] " + format_summary(summary), flush=True)
+        if FLAGS.markdown:
+            print(markdown_table(summary), flush=True)
+        if FLAGS.json_out:  # after every task: a long run that is stopped keeps its tasks
+            os.makedirs(os.path.dirname(FLAGS.json_out) or ".", exist_ok=True)
+            with open(FLAGS.json_out, "w") as f:
+                json.dump({"flags": {k: FLAGS[k].value for k in (
+                    "tasks", "schemes", "seeds", "epochs", "corpus", "lm_max_lines",
+                    "classify_max_lines", "skewed_lines", "max_tokens", "learning_rate",
+                    "lr_scaling", "sweep", "match_time", "max_epochs", "clock")},
+                    "summaries": summaries, "runs": raw}, f, indent=1)
     if FLAGS.plot:
         plot(summaries, FLAGS.plot)
-
 
 if __name__ == "__main__":
     app.run(main)

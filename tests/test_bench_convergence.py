@@ -123,3 +123,55 @@ def test_skewed_corpus_has_long_tailed_lengths_and_four_labels(tmp_path):
     assert lengths.min() >= 3 and lengths.max() <= 120
     assert 8 <= np.median(lengths) <= 12  # log-normal, median 10
     assert lengths.max() >= 5 * np.median(lengths)  # the long tail
+
+
+def test_epochs_to_run_fixed_count_or_until_the_time_budget_is_spent():
+    assert [bench.epochs_to_run(n, 99.0, None, 3, 30) for n in (0, 2, 3)] == [True, True, False]
+    # Under a budget: the epoch count does not matter, the spent seconds do (the last epoch
+    # may overshoot), up to max_epochs.
+    assert bench.epochs_to_run(5, 9.9, 10.0, 3, 30)
+    assert not bench.epochs_to_run(5, 10.0, 10.0, 3, 30)
+    assert not bench.epochs_to_run(6, 10.4, 10.0, 3, 30)
+    assert not bench.epochs_to_run(30, 1.0, 10.0, 3, 30)
+
+
+def test_baseline_budgets_per_seed_on_the_clock():
+    runs = [{"seed": 0, "epochs": [{"seconds": 5.0, "cpu_seconds": 7.0},
+                                   {"seconds": 9.0, "cpu_seconds": 13.5}]},
+            {"seed": 2, "epochs": [{"seconds": 4.0, "cpu_seconds": 6.0}]}]
+    assert bench.baseline_budgets(runs, "cpu") == {0: 13.5, 2: 6.0}
+    assert bench.baseline_budgets(runs, "wall") == {0: 9.0, 2: 4.0}
+    timed = bench.on_clock({"epochs": runs[0]["epochs"]}, "cpu")
+    assert [e["seconds"] for e in timed["epochs"]] == [7.0, 13.5]
+    old = {"epochs": [{"seconds": 5.0}]}  # stored before the CPU clock: keeps wall seconds
+    assert bench.on_clock(old, "cpu") is old
+
+
+def test_summarize_runs_with_different_epoch_counts_under_a_time_budget():
+    by_scheme = {
+        "pad": [make_run([(10.0, 0.40), (20.0, 0.50)]), make_run([(10.0, 0.44), (20.0, 0.54)])],
+        # Cheaper epochs, so more of them in the same budget; seed 1 ran one epoch fewer.
+        "bucket": [make_run([(5.0, 0.30), (10.0, 0.45), (15.0, 0.52), (20.0, 0.56)]),
+                   make_run([(6.0, 0.35), (12.0, 0.51), (18.0, 0.55)])],
+    }
+    summary = bench.summarize("classify", by_scheme)  # pad means 0.42, 0.52 -> target 0.515
+    assert summary["target"] == pytest.approx(0.515)
+    pad, bucket = summary["schemes"]
+    assert bucket["epochs_run"] == [4, 3]
+    assert bucket["metric_mean"] == pytest.approx([0.325, 0.48, 0.535])  # the common 3 epochs
+    assert bucket["seconds_to_target"] == pytest.approx(16.5)
+    assert bucket["fraction_of_baseline_time"] == pytest.approx(0.82)  # 16.5 / 20
+    assert bucket["seeds_to_target"] == [15.0, 18.0]
+    assert bucket["final_metric_mean"] == pytest.approx(0.555)  # each seed's last epoch
+    assert bucket["final_metric_spread"] == pytest.approx(0.01)
+    assert bucket["final_seconds_mean"] == pytest.approx(19.0)
+    assert bench.epochs_text(bucket) == "3-4" and bench.epochs_text(pad) == "2"
+    table = bench.markdown_table(summary)
+    assert "| bucket | 10 x 1000 (0.0 x 0.0, 0.00) | 0.003 | 3-4 | 0.555 (0.010) | 19.0 | " \
+           "16.5 (0.82x), 2/2 |" in table
+    assert "3-4 epochs, end 0.5550(0.010) at 19.0 s" in bench.format_summary(summary)
+
+
+def test_a_scheme_suffix_must_name_a_learning_rate_rule():
+    with pytest.raises(ValueError, match="'bucket/cube'.*none, sqrt or linear"):
+        bench.run("lm", "bucket/cube", 0, {})
