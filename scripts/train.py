@@ -277,6 +277,17 @@ def main(argv):
                       on_epoch_start=(lambda epoch: counters["train"].reset())
                       if info.get("reread_each_epoch") and "train" in counters else None)
     resumed = trainer.restore()
+    if resumed and int(trainer.epoch.numpy()) >= FLAGS.epochs:
+        # A finished run: training again would report an empty epoch (0 tokens/s) over the
+        # saved report. Say so and show the saved report instead.
+        saved = os.path.join(FLAGS.model_dir, "report.json")
+        print(f"{FLAGS.model_dir} holds a finished run ({int(trainer.epoch.numpy())} epochs, "
+              f"--epochs={FLAGS.epochs}): nothing to train. Use another --model_dir (or delete "
+              f"this one) to train again, or raise --epochs to continue.")
+        if os.path.exists(saved):
+            with open(saved) as f:
+                print(format_report(json.load(f)))
+        return
     if resumed and FLAGS.verbose:
         print(f"Resuming from {FLAGS.model_dir}: epoch {int(trainer.epoch.numpy()) + 1}, "
               f"step {int(trainer.step_in_epoch.numpy())} of that epoch")

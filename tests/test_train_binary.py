@@ -73,6 +73,15 @@ def test_short_run_report_flagfile_and_resume(tmp_path, tiny_corpus):
     assert kept_train + kept_eval == 282 - 2  # the malformed and the empty line
     assert "held-out accuracy" in out.stdout
 
+    # Once more on the finished run: nothing to train, the saved report is shown unchanged
+    # (not an empty epoch at 0 tokens/s written over it), and no warning per optimizer slot.
+    out = train(f"--flagfile={run / 'flags.txt'}", "--max_steps=1000")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"{run} holds a finished run (1 epochs, --epochs=1): nothing to train" in out.stdout
+    assert "held-out accuracy" in out.stdout
+    assert json.loads((run / "report.json").read_text()) == resumed
+    assert "unrestored values" not in out.stderr
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("batching", ["bucket", "pack"])

@@ -168,7 +168,9 @@ class Trainer:
         # The epoch counter first, so the iterator slot is the right epoch's.
         tf.train.Checkpoint(epoch=self.epoch).restore(latest).expect_partial()
         self._new_epoch_iterator()
-        self._checkpoint().restore(latest).assert_existing_objects_matched()
+        # expect_partial: the optimizer's slots are restored when its first step creates
+        # them; a run that ends before any step would otherwise warn about each one at exit.
+        self._checkpoint().restore(latest).assert_existing_objects_matched().expect_partial()
         logging.info("Resumed from %s at epoch %d, step %d in epoch", latest,
                      int(self.epoch.numpy()), int(self.step_in_epoch.numpy()))
         return True
