@@ -59,6 +59,9 @@ flags.DEFINE_integer("shuffle_batches", 64, "Shuffle buffer, in line batches (x 
                      "examples on the per-example path).")
 flags.DEFINE_integer("shuffle_shard_mb", 256, "shuffle_shard_bytes of the shuffle_lines feed, "
                      "in MiB (gzip counts 4x): the default keeps the whole stream in one shard.")
+flags.DEFINE_list("feeds", [], "Run only these feeds (names as printed, or a word of them: "
+                  "raw, pipeline, pack, shuffle_lines, per-example, plain, python); the "
+                  "raw and tfseq full pipeline feeds always run, as the ratios need them.")
 flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 
 
@@ -254,6 +257,10 @@ def main(argv):
         "python generator feed": graph_timer(
             python_ds, lambda batch: tf.reduce_sum(tf.cast(batch[1], tf.int64))),
     }
+    if FLAGS.feeds:
+        always = ("raw read+tokenize+lookup", "tfseq full pipeline")
+        feeds = {name: run for name, run in feeds.items()
+                 if name in always or any(word in name for word in FLAGS.feeds)}
     # Round-robin repeats, best of each: a slow spell on the machine hits every feed alike.
     # Every pass is a new iterator over the same dataset, as every epoch of model.fit is.
     results, first = {}, {}
@@ -274,14 +281,21 @@ def main(argv):
                      "first_pass_seconds": first[name],
                      "tokens_per_second": rate, "tfseq_over_feed": ref_rate / rate})
         print(f"{name:28s} {tokens:12,d} {seconds:8.2f} {rate:12,.0f} {ref_rate / rate:12.2f}x")
-    raw_rate = results["raw read+tokenize+lookup"][0] / results["raw read+tokenize+lookup"][1]
-    pack_rate = results["tfseq full pipeline, pack"][0] / results["tfseq full pipeline, pack"][1]
-    shuffled = results["tfseq full pipeline, shuffle_lines"]
-    print(f"\ntfseq full pipeline / raw: {ref_rate / raw_rate:.2f}x; pack / bucket: "
-          f"{pack_rate / ref_rate:.2f}x; shuffle_lines / unshuffled: "
-          f"{shuffled[0] / shuffled[1] / ref_rate:.2f}x (first pass, which reads the input "
-          f"before its first batch: {shuffled[1] / first['tfseq full pipeline, shuffle_lines']:.2f}"
-          f" of the best pass's rate)")
+
+    def rate_of(name):
+        tokens, seconds = results[name]
+        return tokens / seconds
+
+    summary = [f"tfseq full pipeline / raw: {ref_rate / rate_of('raw read+tokenize+lookup'):.2f}x"]
+    if "tfseq full pipeline, pack" in results:
+        summary.append(f"pack / bucket: {rate_of('tfseq full pipeline, pack') / ref_rate:.2f}x")
+    shuffled_name = "tfseq full pipeline, shuffle_lines"
+    if shuffled_name in results:
+        summary.append(
+            f"shuffle_lines / unshuffled: {rate_of(shuffled_name) / ref_rate:.2f}x (first pass, "
+            f"which reads the input before its first batch: "
+            f"{results[shuffled_name][1] / first[shuffled_name]:.2f} of the best pass's rate)")
+    print("\n" + "; ".join(summary))
     names = sorted({os.path.basename(f)[4:] if FLAGS.copies > 1 else os.path.basename(f)
                     for f in files})
     print(f"\n(files: {', '.join(names)} x {FLAGS.copies} copies; best of {FLAGS.repeats} "

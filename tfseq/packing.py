@@ -74,6 +74,7 @@ import tensorflow as tf
 
 from tfseq._common import (Transform, check_positive_int, example_keys, mark_last,
                            require_dict_spec)
+from tfseq._pack_plan import plan_part
 from tfseq.stats import resolve_counter
 
 SEGMENT_IDS_SUFFIX = "_segment_ids"
@@ -277,6 +278,42 @@ def _lay_out(values, src, take, row, seg, cont, rows: int, block: int):
     return dense(tokens), segment_ids, positions, resets
 
 
+def _lay_out_rows(values, src, take, row, rows, block: int):
+    """``_lay_out`` for pieces that are whole examples (no continuation), in row-major order.
+
+    Per-token work is gathers, two scatters of one value per piece and running sums along
+    the rows (no search per token).
+
+    Args:
+      values: the tokens ``[N]``; src, take: int32 ``[n]``, where each piece starts in
+        ``values`` and its length; row: int32 ``[n]``, its row, non-decreasing; within a row
+        the pieces are its segments 1, 2, ... in order.
+      rows: int32 scalar, the number of rows.
+
+    Returns:
+      tokens, segment ids, positions, resets, each ``[rows, block]``.
+    """
+    filled = tf.math.unsorted_segment_sum(take, row, rows)                 # [rows]
+    offset = _exclusive_cumsum(take) - tf.gather(_exclusive_cumsum(filled), row)
+    spans = tf.ragged.range(src, src + take, row_splits_dtype=tf.int32)
+    tokens = tf.RaggedTensor.from_row_lengths(
+        tf.gather(values, spans.flat_values), filled, validate=False).to_tensor(
+            0, shape=[rows, block])
+    cell = (row * block + offset)[:, None]
+    cells = tf.stack([rows * block])
+    # A mark on each piece's first cell: running sums along the row give every cell its
+    # segment number and the offset where its segment starts.
+    first_of_row = tf.concat([[True], row[1:] > row[:-1]], 0)
+    step = offset - tf.where(first_of_row, offset, tf.concat([[0], offset[:-1]], 0))
+    segment_ids = tf.cumsum(tf.reshape(tf.scatter_nd(cell, tf.ones_like(row), cells),
+                                       [rows, block]), axis=1)
+    starts = tf.cumsum(tf.reshape(tf.scatter_nd(cell, step, cells), [rows, block]), axis=1)
+    column = tf.range(block)[None, :]
+    real = column < filled[:, None]
+    positions = tf.where(real, column - starts, 0)
+    return (tokens, tf.where(real, segment_ids, 0), positions, real & tf.equal(positions, 0))
+
+
 class _Packer:
     """The scan that turns a stream of examples into packed batches (see module docstring).
 
@@ -341,7 +378,8 @@ class _Packer:
         # (each a fraction of a second of work) for it to ramp up.
         # Deterministic even if the options say otherwise: a split example continues in the
         # next batch.
-        batches = parts.map(plain(self._pack_part), num_parallel_calls=_PART_PARALLELISM,
+        pack_part = self._plan_and_pack_part if self.no_carry else self._pack_part
+        batches = parts.map(plain(pack_part), num_parallel_calls=_PART_PARALLELISM,
                             deterministic=True)
         return (batches.unbatch()
                 .filter(plain(lambda batch, num_rows: num_rows > 0))
@@ -410,6 +448,49 @@ class _Packer:
                               tf.TensorShape([]), {k: tf.TensorShape(None) for k in out_arrays},
                               tf.TensorShape(None)))
         return {k: a.stack() for k, a in out_arrays.items()}, rows_array.stack()
+
+    def _part_arrays(self, lists):
+        """A part's lists -> (values per feature ``[N]``, lengths ``[P, F]``, scalars ``[P]``)."""
+        def concat(a, dtype, shape):
+            return tf.raw_ops.TensorListConcatV2(
+                input_handle=a, element_shape=shape, leading_dims=tf.zeros([0], tf.int64),
+                element_dtype=dtype)[0]
+
+        seq_lists, length_list, scalar_lists = lists
+        return ([concat(a, d, [-1]) for a, d in zip(seq_lists, self.seq_dtypes)],
+                concat(length_list, tf.int32, [-1, len(self.seq_keys)]),
+                [concat(a, d, [-1]) for a, d in zip(scalar_lists, self.scalar_dtypes)])
+
+    def _plan_and_pack_part(self, is_last, lists):
+        """``_pack_part`` for one feature and nothing split: the whole part is planned at once
+        (``_pack_plan.plan_part``) and laid out as rows, cut into batches of B rows."""
+        values, lengths, scalars = self._part_arrays(lists)
+        lengths = lengths[:, 0]
+        block, b = self.blocks[0], self.batch_rows
+        row_of, seg_of, rows = plan_part(lengths, block, self.segments)
+        order = tf.argsort(tf.cast(row_of, tf.int64) * (self.segments + 1)
+                           + tf.cast(seg_of, tf.int64))
+        in_order = lambda x: tf.gather(x, order)  # noqa: E731
+        laid_out = _lay_out_rows(values[0], in_order(_exclusive_cumsum(lengths)),
+                                 in_order(lengths), in_order(row_of), rows, block)
+        key = self.seq_keys[0]
+        dense = {key + suffix: x for suffix, x in zip(("",) + PACKED_SUFFIXES[:3], laid_out)}
+        seg_index = tf.stack([row_of, seg_of - 1], 1)
+        for name, dtype, v in zip(self.scalar_keys, self.scalar_dtypes, scalars):
+            dense[name] = tf.tensor_scatter_nd_update(
+                tf.zeros(tf.stack([rows, self.segments]), dtype), seg_index, v)
+        num_batches = (rows + b - 1) // b
+        pad = num_batches * b - rows
+
+        def batched(x):
+            x = tf.pad(x, [[0, pad], [0, 0]])
+            return tf.reshape(x, tf.concat([[num_batches, b], tf.shape(x)[1:]], 0))
+
+        # Every batch keeps all B rows, except the last one once the input has ended.
+        last_rows = rows - (num_batches - 1) * b
+        num_rows = tf.where(is_last & tf.equal(tf.range(num_batches), num_batches - 1),
+                            last_rows, b)
+        return {k: batched(x) for k, x in dense.items()}, num_rows
 
     def _flatten_group(self, index, group):
         """A ragged batch of examples -> (values, lengths, scalars), long-example policy applied.

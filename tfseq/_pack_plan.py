@@ -1,0 +1,229 @@
+"""Where each example of a whole part goes: the packing plan for one sequence feature.
+
+Used by ``tfseq.pack`` when nothing is split (one sequence feature, ``long_examples`` "drop" or
+"truncate"): a part (about 128 batches' worth of examples) is planned in one go, with a few
+hundred tf ops whatever its size, instead of one build per few batches.
+
+The plan, for examples of lengths ``[P]`` (each in ``[1, block]``):
+
+1. Big: an example longer than half a block never shares a row with another big one. Each gets
+   a row of its own, and its gap takes the largest other examples that fit (matching rounds
+   as in 4).
+2. Fillers: of the rest, the shortest examples, about ``_FILLERS_PER_ROW`` per row the part
+   needs (at most half of them), are set aside.
+3. Runs: the others fill rows next-fit in their order (a row takes consecutive examples while
+   they fit), so rows hold examples that arrived together.
+4. Gaps: a few rounds give every open row at most one filler each, the largest that fits its
+   gap, rows with larger gaps choosing first (a greedy matching: no two rows want the same
+   filler); then the fillers, shortest first, are laid end to end over the gaps laid end to
+   end, each landing inside one gap going there (twice); then a few more matching rounds.
+5. Leftover fillers fill rows of their own, next-fit in their order.
+6. Rows are put in the order of their oldest example, so big examples' rows and the fillers'
+   rows fall among the others where their examples arrived (the short examples do not gather
+   in the part's last batches).
+
+Every example gets exactly one row and segment; a row never holds more than ``block`` tokens
+or more than ``segments`` examples.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+# Fillers set aside per row the part needs: enough for the gaps of next-fit rows.
+_FILLERS_PER_ROW = 4
+# Rounds of one-filler-per-row gap filling, before and after the bulk fill.
+_MATCH_ROUNDS = 3
+
+
+def next_fit_runs(lengths: tf.Tensor, block: int, segments: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """Rows filled next-fit: each takes consecutive examples while they fit.
+
+    Args:
+      lengths: int32 ``[M]``, each in ``[1, block]``.
+      block: tokens per row.
+      segments: most examples per row.
+
+    Returns:
+      int32 ``starts, ends`` ``[R]``: row r holds examples ``starts[r]:ends[r]``.
+
+    Example:
+      lengths ``[3, 4, 2, 5]``, block 6 -> starts ``[0, 1, 3]``, ends ``[1, 3, 4]``.
+    """
+    m = tf.shape(lengths)[0]
+    ends_cum = tf.cumsum(lengths)
+    starts_cum = tf.concat([[0], ends_cum], 0)                                 # [M + 1]
+    p = tf.range(m + 1)
+    reach = tf.searchsorted(ends_cum, starts_cum + block, side="right")      # first misfit
+    reach = tf.maximum(tf.minimum(reach, p + segments), tf.minimum(p + 1, m))
+    # Row boundaries b[0] = 0, b[k + 1] = reach[b[k]], by doubling: xs = b[:n] and
+    # power = reach applied n times, so power[xs] = b[n:2n].
+    xs, _ = tf.while_loop(
+        lambda xs, power: xs[-1] < m,
+        lambda xs, power: (tf.concat([xs, tf.gather(power, xs)], 0), tf.gather(power, power)),
+        (tf.zeros([1], tf.int32), reach),
+        shape_invariants=(tf.TensorShape([None]), reach.shape))
+    rows = tf.reduce_sum(tf.cast(xs < m, tf.int32))
+    return xs[:rows], xs[1:rows + 1]
+
+
+def _running_min(x: tf.Tensor) -> tf.Tensor:
+    """``out[k] = min(x[:k + 1])`` for int32 ``[n]``, in log2(n) rounds."""
+    n = tf.shape(x)[0]
+
+    def body(x, shift):
+        shifted = tf.concat([tf.fill([shift], x.dtype.max), x[:n - shift]], 0)
+        return tf.minimum(x, shifted), shift * 2
+
+    x, _ = tf.while_loop(lambda x, shift: shift < n, body, (x, tf.constant(1)),
+                         shape_invariants=(x.shape, tf.TensorShape([])))
+    return x
+
+
+def _match(gap: tf.Tensor, cand_lengths: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """One round of gap filling: rows by decreasing gap each take the largest candidate that
+    fits and is not taken by a row before them.
+
+    Args:
+      gap: int32 ``[R]``, free tokens per row (-1 for a row that takes nothing).
+      cand_lengths: int32 ``[C]``, the candidates' lengths, ascending.
+
+    Returns:
+      ``rows, picks``: int32 ``[W]``, the rows that got a candidate and its index in
+      ``cand_lengths`` (all distinct).
+    """
+    order = tf.argsort(gap, direction="DESCENDING", stable=True)
+    best = tf.searchsorted(cand_lengths, tf.gather(gap, order), side="right") - 1
+    # The k-th row (in that order) takes min(best[k], its predecessor's pick - 1), i.e.
+    # min over j <= k of best[j] + j, minus k.
+    k = tf.range(tf.shape(order)[0])
+    picks = _running_min(best + k) - k
+    won = picks >= 0
+    return tf.boolean_mask(order, won), tf.boolean_mask(picks, won)
+
+
+def plan_part(lengths: tf.Tensor, block: int, segments: int
+              ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Rows and segments for every example of a part (see the module docstring).
+
+    Args:
+      lengths: int32 ``[P]``, each in ``[1, block]``, in arrival order.
+      block: tokens per row.
+      segments: most examples per row.
+
+    Returns:
+      ``row_of, seg_of, rows``: int32 ``[P]`` row of each example (``[0, rows)``) and its
+      1-based segment number in that row; int32 scalar, the number of rows.
+    """
+    num = tf.shape(lengths)[0]
+
+    def place(items, row_of, seg_of, fill, nseg):
+        """New next-fit rows for ``items`` (in order), numbered after the existing ones."""
+        item_lengths = tf.gather(lengths, items)
+        starts, ends = next_fit_runs(item_lengths, block, segments)
+        runs = tf.ragged.range(starts, ends)
+        run_rows = tf.cast(runs.value_rowids(), tf.int32)
+        placed = tf.gather(items, runs.flat_values)[:, None]
+        row_of = tf.tensor_scatter_nd_update(row_of, placed, run_rows + tf.size(fill))
+        seg_of = tf.tensor_scatter_nd_update(
+            seg_of, placed, runs.flat_values - tf.gather(starts, run_rows) + 1)
+        new_fill = tf.math.unsorted_segment_sum(item_lengths, run_rows, tf.size(starts))
+        return (row_of, seg_of, tf.concat([fill, new_fill], 0),
+                tf.concat([nseg, ends - starts], 0))
+
+    def match_round(any_placed, row_of, seg_of, fill, nseg, cand):
+        cand_lengths = tf.gather(lengths, cand)
+        gap = tf.where(nseg < segments, block - fill, -1)
+        won_rows, picks = _match(gap, cand_lengths)
+        items = tf.gather(cand, picks)[:, None]
+        row_of = tf.tensor_scatter_nd_update(row_of, items, won_rows)
+        seg_of = tf.tensor_scatter_nd_update(seg_of, items, tf.gather(nseg, won_rows) + 1)
+        fill = tf.tensor_scatter_nd_add(fill, won_rows[:, None], tf.gather(cand_lengths, picks))
+        nseg = tf.tensor_scatter_nd_add(nseg, won_rows[:, None], tf.ones_like(won_rows))
+        left = tf.tensor_scatter_nd_update(tf.fill(tf.shape(cand), True), picks[:, None],
+                                           tf.zeros_like(picks, tf.bool))
+        return tf.size(picks) > 0, row_of, seg_of, fill, nseg, tf.boolean_mask(cand, left)
+
+    def match_rounds(row_of, seg_of, fill, nseg, cand):
+        return tf.while_loop(
+            lambda any_placed, row_of, seg_of, fill, nseg, cand: any_placed & (tf.size(cand) > 0),
+            match_round, (tf.size(fill) > 0, row_of, seg_of, fill, nseg, cand),
+            shape_invariants=(tf.TensorShape([]), row_of.shape, seg_of.shape,
+                              tf.TensorShape([None]), tf.TensorShape([None]),
+                              tf.TensorShape([None])),
+            maximum_iterations=_MATCH_ROUNDS)[1:]
+
+    def bulk_fill(row_of, seg_of, fill, nseg, cand):
+        """Candidates laid end to end over the rows' gaps laid end to end: each that lies
+        inside one row's gap goes there (for gaps many candidates wide)."""
+        cand_lengths = tf.gather(lengths, cand)
+        gap_ends = tf.cumsum(tf.where(nseg < segments, block - fill, 0))
+        cand_ends = tf.cumsum(cand_lengths)
+        row = tf.searchsorted(gap_ends, cand_ends - cand_lengths, side="right")
+        row_end = tf.gather(tf.concat([gap_ends, [-1]], 0), row)   # -1: past the last row
+        rank = tf.range(tf.size(cand)) - tf.searchsorted(row, row, side="left")
+        fits = (cand_ends <= row_end) & (
+            rank + tf.gather(tf.concat([nseg, [segments]], 0), row) < segments)
+        won = tf.where(fits)[:, 0]
+        won_rows = tf.gather(row, won)
+        items = tf.gather(cand, won)[:, None]
+        row_of = tf.tensor_scatter_nd_update(row_of, items, won_rows)
+        seg_of = tf.tensor_scatter_nd_update(
+            seg_of, items, tf.gather(nseg, won_rows) + tf.gather(rank, won) + 1)
+        num_rows = tf.size(fill)
+        fill += tf.math.unsorted_segment_sum(tf.gather(cand_lengths, won), won_rows, num_rows)
+        nseg += tf.math.unsorted_segment_sum(tf.ones_like(won_rows), won_rows, num_rows)
+        return row_of, seg_of, fill, nseg, tf.boolean_mask(cand, tf.logical_not(fits))
+
+    def ascending(items):
+        return tf.gather(items, tf.argsort(tf.gather(lengths, items), stable=True))
+
+    def indices(mask):
+        return tf.cast(tf.where(mask)[:, 0], tf.int32)
+
+    # 1. Examples longer than half a block never share a row with each other: one row each,
+    # its gap taken by the largest others that fit.
+    row_of = tf.fill([num], -1)
+    seg_of = tf.zeros([num], tf.int32)
+    empty = tf.zeros([0], tf.int32)
+    is_big = lengths * 2 > block
+    row_of, seg_of, fill, nseg = place(indices(is_big), row_of, seg_of, empty, empty)
+    big_rows = tf.size(fill)
+    row_of, seg_of, fill, nseg = tf.cond(
+        big_rows > 0,
+        lambda: match_rounds(row_of, seg_of, fill, nseg,
+                             ascending(indices(tf.logical_not(is_big))))[:4],
+        lambda: (row_of, seg_of, fill, nseg))
+
+    # 2. The rest: the shortest are fillers, the others fill rows next-fit in arrival order.
+    rest = row_of < 0
+    rest_num = tf.reduce_sum(tf.cast(rest, tf.int32))
+    rest_lengths = tf.where(rest, lengths, 0)
+    rows_needed = (tf.reduce_sum(rest_lengths) + block - 1) // block
+    target = tf.minimum(rest_num // 2, _FILLERS_PER_ROW * rows_needed)
+    # The `target` shortest (the earliest among equal lengths) are the fillers.
+    hist = tf.math.bincount(rest_lengths, minlength=block + 1, maxlength=block + 1)
+    hist = tf.concat([[0], hist[1:]], 0)   # placed examples counted as length 0: not fillers
+    cut = tf.searchsorted(tf.cumsum(hist), target[None], side="left")[0]
+    at_cut = rest & tf.equal(lengths, cut)
+    room_at_cut = target - tf.reduce_sum(hist[:cut])
+    is_filler = rest & ((lengths < cut) | (at_cut & (
+        tf.cumsum(tf.cast(at_cut, tf.int32), exclusive=True) < room_at_cut)))
+    row_of, seg_of, fill, nseg = place(indices(rest & tf.logical_not(is_filler)),
+                                       row_of, seg_of, fill, nseg)
+    main_rows = tf.size(fill) - big_rows
+
+    # 3. Gaps: large ones take the largest fillers that fit, then runs of small ones, then the
+    # rest is topped off.
+    state = match_rounds(row_of, seg_of, fill, nseg, ascending(indices(is_filler)))
+    state = bulk_fill(*bulk_fill(*state))
+    row_of, seg_of, fill, nseg, cand = match_rounds(*state)
+
+    # 4. The fillers left over, in arrival order, fill rows of their own.
+    row_of, seg_of, fill, nseg = place(tf.sort(cand), row_of, seg_of, fill, nseg)
+    rows = tf.size(fill)
+    # Rows in the order of their oldest example: rows of big examples and of leftover fillers
+    # fall among the others where those examples arrived.
+    key = tf.math.unsorted_segment_min(tf.range(num), row_of, rows)
+    new_index = tf.math.invert_permutation(tf.argsort(key, stable=True))
+    return tf.gather(new_index, row_of), seg_of, rows
