@@ -45,14 +45,17 @@ def test_worked_example():
 
 
 def test_rows_in_order_and_scalars_per_segment():
+    # [6, 7, 8, 9] is longer than half a row: it gets a row, whose gap of 2 takes [4, 5]; the
+    # shortest, [10], fills the gap after [1, 2, 3]. Rows come in the order of their oldest
+    # example, segments in arrival order.
     ds = examples([1, 2, 3], [4, 5], [6, 7, 8, 9], [10], label=True).apply(
         tfseq.pack(6, batch_size=2, counter=tfseq.DropCounter()))
     assert to_list(ds) == [{
-        "ids":             [[1, 2, 3, 4, 5, 0], [6, 7, 8, 9, 10, 0]],
-        "ids_segment_ids": [[1, 1, 1, 2, 2, 0], [1, 1, 1, 1, 2, 0]],
-        "ids_positions":   [[0, 1, 2, 0, 1, 0], [0, 1, 2, 3, 0, 0]],
-        "ids_resets":      [[T, F, F, T, F, F], [T, F, F, F, T, F]],
-        "label":           [[10, 20, 0, 0, 0, 0], [30, 40, 0, 0, 0, 0]],
+        "ids":             [[1, 2, 3, 10, 0, 0], [4, 5, 6, 7, 8, 9]],
+        "ids_segment_ids": [[1, 1, 1, 2, 0, 0], [1, 1, 2, 2, 2, 2]],
+        "ids_positions":   [[0, 1, 2, 0, 0, 0], [0, 1, 0, 1, 2, 3]],
+        "ids_resets":      [[T, F, F, T, F, F], [T, F, T, F, F, F]],
+        "label":           [[10, 40, 0, 0, 0, 0], [20, 30, 0, 0, 0, 0]],
     }]
 
 
@@ -145,7 +148,7 @@ def test_max_tokens_gives_rows_and_int64_is_kept():
     batch = next(iter(ds))
     assert batch["ids"].dtype == tf.int64
     assert batch["ids_segment_ids"].dtype == tf.int32
-    assert to_list(ds)[0]["ids"] == [[1, 2, 3, 0], [4, 5, 6, 7]]
+    assert to_list(ds)[0]["ids"] == [[1, 2, 3, 7], [4, 5, 6, 0]]
 
 
 def test_max_segments_limits_segments_per_row():

@@ -20,7 +20,7 @@ The plan, for examples of lengths ``[P]`` (each in ``[1, block]``):
 5. Leftover fillers fill rows of their own, next-fit in their order.
 6. Rows are put in the order of their oldest example, so big examples' rows and the fillers'
    rows fall among the others where their examples arrived (the short examples do not gather
-   in the part's last batches).
+   in the part's last batches); within a row, segments are in arrival order.
 
 Every example gets exactly one row and segment; a row never holds more than ``block`` tokens
 or more than ``segments`` examples.
@@ -102,6 +102,81 @@ def _match(gap: tf.Tensor, cand_lengths: tf.Tensor) -> tuple[tf.Tensor, tf.Tenso
     return tf.boolean_mask(order, won), tf.boolean_mask(picks, won)
 
 
+def _match_rounds(lengths, block, segments, row_of, seg_of, fill, nseg, cand):
+    """Up to ``_MATCH_ROUNDS`` rounds of ``_match``: rows' gaps take candidates.
+
+    Args:
+      lengths: int32 ``[P]``, every example's length.
+      row_of, seg_of: int32 ``[P]``, each example's row (-1: not placed yet) and segment.
+      fill, nseg: int32 ``[R]``, tokens and segments per row.
+      cand: int32 ``[C]``, the candidates (example indices), by ascending length.
+
+    Returns:
+      ``row_of, seg_of, fill, nseg, cand`` updated (``cand``: those left).
+    """
+    def match_round(any_placed, row_of, seg_of, fill, nseg, cand):
+        cand_lengths = tf.gather(lengths, cand)
+        gap = tf.where(nseg < segments, block - fill, -1)
+        won_rows, picks = _match(gap, cand_lengths)
+        items = tf.expand_dims(tf.gather(cand, picks), 1)
+        row_of = tf.tensor_scatter_nd_update(row_of, items, won_rows)
+        seg_of = tf.tensor_scatter_nd_update(seg_of, items, tf.gather(nseg, won_rows) + 1)
+        rows = tf.expand_dims(won_rows, 1)
+        fill = tf.tensor_scatter_nd_add(fill, rows, tf.gather(cand_lengths, picks))
+        nseg = tf.tensor_scatter_nd_add(nseg, rows, tf.ones_like(won_rows))
+        left = tf.tensor_scatter_nd_update(tf.fill(tf.shape(cand), True),
+                                           tf.expand_dims(picks, 1),
+                                           tf.zeros_like(picks, tf.bool))
+        return (tf.size(picks) > 0, row_of, seg_of, fill, nseg,
+                tf.gather(cand, tf.where(left)[:, 0]))
+
+    return tf.while_loop(
+        lambda any_placed, row_of, seg_of, fill, nseg, cand: any_placed & (tf.size(cand) > 0),
+        match_round, (tf.size(fill) > 0, row_of, seg_of, fill, nseg, cand),
+        shape_invariants=(tf.TensorShape([]), row_of.shape, seg_of.shape,
+                          tf.TensorShape([None]), tf.TensorShape([None]),
+                          tf.TensorShape([None])),
+        maximum_iterations=_MATCH_ROUNDS)[1:]
+
+
+def _place(lengths, block, segments, items, row_of, seg_of, fill, nseg):
+    """New next-fit rows for ``items`` (in order), numbered after the existing ones."""
+    item_lengths = tf.gather(lengths, items)
+    starts, ends = next_fit_runs(item_lengths, block, segments)
+    runs = tf.ragged.range(starts, ends)
+    run_rows = tf.cast(runs.value_rowids(), tf.int32)
+    placed = tf.gather(items, runs.flat_values)[:, None]
+    row_of = tf.tensor_scatter_nd_update(row_of, placed, run_rows + tf.size(fill))
+    seg_of = tf.tensor_scatter_nd_update(
+        seg_of, placed, runs.flat_values - tf.gather(starts, run_rows) + 1)
+    new_fill = tf.math.unsorted_segment_sum(item_lengths, run_rows, tf.size(starts))
+    return (row_of, seg_of, tf.concat([fill, new_fill], 0),
+            tf.concat([nseg, ends - starts], 0))
+
+
+def _bulk_fill(lengths, block, segments, row_of, seg_of, fill, nseg, cand):
+    """Candidates laid end to end over the rows' gaps laid end to end: each that lies
+    inside one row's gap goes there (for gaps many candidates wide)."""
+    cand_lengths = tf.gather(lengths, cand)
+    gap_ends = tf.cumsum(tf.where(nseg < segments, block - fill, 0))
+    cand_ends = tf.cumsum(cand_lengths)
+    row = tf.searchsorted(gap_ends, cand_ends - cand_lengths, side="right")
+    row_end = tf.gather(tf.concat([gap_ends, [-1]], 0), row)   # -1: past the last row
+    rank = tf.range(tf.size(cand)) - tf.searchsorted(row, row, side="left")
+    fits = (cand_ends <= row_end) & (
+        rank + tf.gather(tf.concat([nseg, [segments]], 0), row) < segments)
+    won = tf.where(fits)[:, 0]
+    won_rows = tf.gather(row, won)
+    items = tf.gather(cand, won)[:, None]
+    row_of = tf.tensor_scatter_nd_update(row_of, items, won_rows)
+    seg_of = tf.tensor_scatter_nd_update(
+        seg_of, items, tf.gather(nseg, won_rows) + tf.gather(rank, won) + 1)
+    num_rows = tf.size(fill)
+    fill += tf.math.unsorted_segment_sum(tf.gather(cand_lengths, won), won_rows, num_rows)
+    nseg += tf.math.unsorted_segment_sum(tf.ones_like(won_rows), won_rows, num_rows)
+    return row_of, seg_of, fill, nseg, tf.boolean_mask(cand, tf.logical_not(fits))
+
+
 def plan_part(lengths: tf.Tensor, block: int, segments: int
               ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Rows and segments for every example of a part (see the module docstring).
@@ -112,68 +187,20 @@ def plan_part(lengths: tf.Tensor, block: int, segments: int
       segments: most examples per row.
 
     Returns:
-      ``row_of, seg_of, rows``: int32 ``[P]`` row of each example (``[0, rows)``) and its
-      1-based segment number in that row; int32 scalar, the number of rows.
+      ``row_of, seg_of, rows, order``: int32 ``[P]`` row of each example (``[0, rows)``) and
+      its 1-based segment number in that row (segments in arrival order); int32 scalar, the
+      number of rows; int32 ``[P]``, the examples in row-major order (by row, then segment).
     """
     num = tf.shape(lengths)[0]
 
     def place(items, row_of, seg_of, fill, nseg):
-        """New next-fit rows for ``items`` (in order), numbered after the existing ones."""
-        item_lengths = tf.gather(lengths, items)
-        starts, ends = next_fit_runs(item_lengths, block, segments)
-        runs = tf.ragged.range(starts, ends)
-        run_rows = tf.cast(runs.value_rowids(), tf.int32)
-        placed = tf.gather(items, runs.flat_values)[:, None]
-        row_of = tf.tensor_scatter_nd_update(row_of, placed, run_rows + tf.size(fill))
-        seg_of = tf.tensor_scatter_nd_update(
-            seg_of, placed, runs.flat_values - tf.gather(starts, run_rows) + 1)
-        new_fill = tf.math.unsorted_segment_sum(item_lengths, run_rows, tf.size(starts))
-        return (row_of, seg_of, tf.concat([fill, new_fill], 0),
-                tf.concat([nseg, ends - starts], 0))
-
-    def match_round(any_placed, row_of, seg_of, fill, nseg, cand):
-        cand_lengths = tf.gather(lengths, cand)
-        gap = tf.where(nseg < segments, block - fill, -1)
-        won_rows, picks = _match(gap, cand_lengths)
-        items = tf.gather(cand, picks)[:, None]
-        row_of = tf.tensor_scatter_nd_update(row_of, items, won_rows)
-        seg_of = tf.tensor_scatter_nd_update(seg_of, items, tf.gather(nseg, won_rows) + 1)
-        fill = tf.tensor_scatter_nd_add(fill, won_rows[:, None], tf.gather(cand_lengths, picks))
-        nseg = tf.tensor_scatter_nd_add(nseg, won_rows[:, None], tf.ones_like(won_rows))
-        left = tf.tensor_scatter_nd_update(tf.fill(tf.shape(cand), True), picks[:, None],
-                                           tf.zeros_like(picks, tf.bool))
-        return tf.size(picks) > 0, row_of, seg_of, fill, nseg, tf.boolean_mask(cand, left)
+        return _place(lengths, block, segments, items, row_of, seg_of, fill, nseg)
 
     def match_rounds(row_of, seg_of, fill, nseg, cand):
-        return tf.while_loop(
-            lambda any_placed, row_of, seg_of, fill, nseg, cand: any_placed & (tf.size(cand) > 0),
-            match_round, (tf.size(fill) > 0, row_of, seg_of, fill, nseg, cand),
-            shape_invariants=(tf.TensorShape([]), row_of.shape, seg_of.shape,
-                              tf.TensorShape([None]), tf.TensorShape([None]),
-                              tf.TensorShape([None])),
-            maximum_iterations=_MATCH_ROUNDS)[1:]
+        return _match_rounds(lengths, block, segments, row_of, seg_of, fill, nseg, cand)
 
     def bulk_fill(row_of, seg_of, fill, nseg, cand):
-        """Candidates laid end to end over the rows' gaps laid end to end: each that lies
-        inside one row's gap goes there (for gaps many candidates wide)."""
-        cand_lengths = tf.gather(lengths, cand)
-        gap_ends = tf.cumsum(tf.where(nseg < segments, block - fill, 0))
-        cand_ends = tf.cumsum(cand_lengths)
-        row = tf.searchsorted(gap_ends, cand_ends - cand_lengths, side="right")
-        row_end = tf.gather(tf.concat([gap_ends, [-1]], 0), row)   # -1: past the last row
-        rank = tf.range(tf.size(cand)) - tf.searchsorted(row, row, side="left")
-        fits = (cand_ends <= row_end) & (
-            rank + tf.gather(tf.concat([nseg, [segments]], 0), row) < segments)
-        won = tf.where(fits)[:, 0]
-        won_rows = tf.gather(row, won)
-        items = tf.gather(cand, won)[:, None]
-        row_of = tf.tensor_scatter_nd_update(row_of, items, won_rows)
-        seg_of = tf.tensor_scatter_nd_update(
-            seg_of, items, tf.gather(nseg, won_rows) + tf.gather(rank, won) + 1)
-        num_rows = tf.size(fill)
-        fill += tf.math.unsorted_segment_sum(tf.gather(cand_lengths, won), won_rows, num_rows)
-        nseg += tf.math.unsorted_segment_sum(tf.ones_like(won_rows), won_rows, num_rows)
-        return row_of, seg_of, fill, nseg, tf.boolean_mask(cand, tf.logical_not(fits))
+        return _bulk_fill(lengths, block, segments, row_of, seg_of, fill, nseg, cand)
 
     def ascending(items):
         return tf.gather(items, tf.argsort(tf.gather(lengths, items), stable=True))
@@ -211,7 +238,6 @@ def plan_part(lengths: tf.Tensor, block: int, segments: int
         tf.cumsum(tf.cast(at_cut, tf.int32), exclusive=True) < room_at_cut)))
     row_of, seg_of, fill, nseg = place(indices(rest & tf.logical_not(is_filler)),
                                        row_of, seg_of, fill, nseg)
-    main_rows = tf.size(fill) - big_rows
 
     # 3. Gaps: large ones take the largest fillers that fit, then runs of small ones, then the
     # rest is topped off.
@@ -226,4 +252,11 @@ def plan_part(lengths: tf.Tensor, block: int, segments: int
     # fall among the others where those examples arrived.
     key = tf.math.unsorted_segment_min(tf.range(num), row_of, rows)
     new_index = tf.math.invert_permutation(tf.argsort(key, stable=True))
-    return tf.gather(new_index, row_of), seg_of, rows
+    row_of = tf.gather(new_index, row_of)
+    # Segments in arrival order within each row.
+    order = tf.argsort(tf.cast(row_of, tf.int64) * tf.cast(num, tf.int64)
+                       + tf.range(num, dtype=tf.int64))
+    sorted_rows = tf.gather(row_of, order)
+    segment = tf.range(num) - tf.searchsorted(sorted_rows, sorted_rows, side="left") + 1
+    seg_of = tf.scatter_nd(order[:, None], segment, tf.shape(lengths))
+    return row_of, seg_of, rows, order

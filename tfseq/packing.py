@@ -49,19 +49,26 @@ and counted as ``"empty"``.
 
 How: the input is cut into parts of about 128 batches' worth of tokens, packed independently
 of each other and in parallel (a few parts at once); each part ends with its open rows
-flushed, so its last batch may be part-filled (about 1/128 of the batches at most). Inside a
-part, examples wait in a pool of about ``window`` batches' worth of tokens (beyond what one
-build takes). When the pool is full, a build places rows: one batch of B rows, or, with one
-sequence feature and no ``"split"`` (no lane to keep), several batches' rows at once (64 rows
-in all), which spreads the build's fixed cost. In a build each row takes its carried
-continuation piece (if any), then the pool's examples in arrival order, each placed if it fits
-(greedy first fit per row, in tf ops), so the oldest examples leave first and the input order
-(its shuffle) is kept up to the window. Everything runs in the tf.data graph; memory is
-bounded by the parts in flight (their tokens and packed batches) plus one carried piece per
-lane. Every example is emitted exactly once per epoch; ``unpack`` turns packed batches back
-into examples. Batches have B rows, except those built after the input ends, which drop their
-trailing empty rows (a row may stay empty before a row still carrying a split example, so
-that every lane keeps its index).
+flushed, so its last batch may be part-filled (about 1/128 of the batches at most).
+
+* One sequence feature, and no example in the part longer than the block (always so with
+  ``"drop"`` and ``"truncate"``): the whole part is planned at once (``tfseq._pack_plan``).
+  Examples longer than half a block get a row each, whose gap takes the largest other
+  examples that fit; the rest fill rows next-fit in arrival order, with the shortest few held
+  back to fill the gaps left; rows come out in the order of their oldest example. A few
+  hundred tf ops per part, whatever its size.
+* Otherwise (several features, or a part with an example to split): examples wait in a pool
+  of about ``window`` batches' worth of tokens beyond what one build takes. When the pool is
+  full, a build places the rows of one batch: each row takes its carried continuation piece
+  (if any), then the pool's examples in arrival order, each placed if it fits (greedy first
+  fit per row, in tf ops), so the oldest examples leave first and the input order (its
+  shuffle) is kept up to the window.
+
+Everything runs in the tf.data graph; memory is bounded by the parts in flight (their tokens
+and packed batches) plus one carried piece per lane. Every example is emitted exactly once per
+epoch; ``unpack`` turns packed batches back into examples. Batches have B rows, except those
+built after the input ends, which drop their trailing empty rows (a row may stay empty before
+a row still carrying a split example, so that every lane keeps its index).
 """
 
 from __future__ import annotations
@@ -109,8 +116,10 @@ def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None
         block in any feature (see the module docstring).
       max_segments: most segments per row, and the width S of the scalar features' tables;
         default the longest block length (no limit in practice).
-      window: the pool holds at least this many batches' worth of tokens beyond what a
+      window: when parts are built batch by batch (several features, or an example to
+        split), the pool holds at least this many batches' worth of tokens beyond what a
         build takes before it builds; larger packs tighter and keeps more examples waiting.
+        Parts planned whole (see below) do not use it.
       seed: if given, each group of 128 incoming examples is shuffled (stateless, from this
         seed and the group's index) before it joins the pool; ``None`` keeps the input order.
         Shuffle upstream (``Dataset.shuffle``) for a full shuffle.
@@ -218,24 +227,10 @@ def _exclusive_cumsum(x: tf.Tensor) -> tf.Tensor:
 _FILL_ROUNDS = 6
 # Up to this many rows, the rows' lookups are unrolled (a few scalar ops each) instead of a loop.
 _UNROLL_ROWS = 64
-# Rows placed per build when no lane has to be kept (one sequence feature, no "split"): several
-# batches are planned at once, which amortizes the fixed cost of a build (tens of small ops).
-_BUILD_ROWS = 64
 
 
-def _chain(reach: tf.Tensor, offsets: tf.Tensor | None, rows: int) -> tf.Tensor:
-    """``x[r] = reach[offsets[r] + x[r - 1]]`` with ``x[-1] = 0``, for r < rows: int32 ``[rows]``.
-
-    ``offsets=None`` means all zero: then ``x[r] = reach^(r + 1)(0)``, found by doubling
-    (``log2(rows)`` rounds of two gathers) instead of one lookup per row.
-    """
-    if offsets is None:
-        xs, power, done = tf.gather(reach, [0]), reach, 1
-        while done < rows:          # xs = x[:done], power = reach^done
-            xs = tf.concat([xs, tf.gather(power, xs)], 0)
-            power = tf.gather(power, power)
-            done *= 2
-        return xs[:rows]
+def _chain(reach: tf.Tensor, offsets: tf.Tensor, rows: int) -> tf.Tensor:
+    """``x[r] = reach[offsets[r] + x[r - 1]]`` with ``x[-1] = 0``, for r < rows: int32 ``[rows]``."""
     if rows > _UNROLL_ROWS:
         return tf.scan(lambda start, offset: tf.gather(reach, offset + start), offsets,
                        initializer=tf.constant(0))
@@ -331,17 +326,12 @@ class _Packer:
         self.seq_dtypes = [spec[k].dtype for k in seq_keys]
         self.scalar_dtypes = [spec[k].dtype for k in scalar_keys]
         self.batch_rows = rows
-        # Batches per build: one where lanes matter (split examples continue in the same row
-        # of the next batch) or several features are fitted together; else _BUILD_ROWS rows.
-        single_lane = long_examples == "split" or len(seq_keys) > 1
-        self.per_build = 1 if single_lane else max(1, _BUILD_ROWS // rows)
-        # Nothing is ever carried (and nothing in the pool is longer than a block): the lean
-        # build without the lanes' bookkeeping places exactly the same rows.
-        self.no_carry = not single_lane
-        self.rows = rows * self.per_build  # rows placed per build
+        # Nothing is ever carried (one feature, nothing split): every part is planned whole.
+        self.no_carry = long_examples != "split" and len(seq_keys) == 1
+        self.rows = rows  # rows placed per build (builds: see _pack_part)
         self.segments = segments
         # The pool holds `window` batches' worth beyond what one build takes.
-        self.threshold = (window + self.per_build - 1) * rows * max(blocks)
+        self.threshold = window * rows * max(blocks)
         self.part_tokens = max(_PART_BATCHES * rows * max(blocks), 2 * self.threshold)
         self.long_examples = long_examples
         self.seed = seed
@@ -357,7 +347,7 @@ class _Packer:
             lambda shape, dtype: tf.TensorSpec(shape, dtype), self._carry_shapes(),
             self._pool_dtypes()))
         # Traced once, whatever the scan's own retracing.
-        self._build = tf.function(self._build_simple if self.no_carry else self._build_batch,
+        self._build = tf.function(self._build_batch,
                                   input_signature=(pool_spec, carry_spec),
                                   autograph=False)
 
@@ -378,7 +368,18 @@ class _Packer:
         # (each a fraction of a second of work) for it to ramp up.
         # Deterministic even if the options say otherwise: a split example continues in the
         # next batch.
-        pack_part = self._plan_and_pack_part if self.no_carry else self._pack_part
+        pack_part = self._pack_part
+        if self.no_carry:
+            pack_part = self._plan_and_pack_part
+        elif len(self.seq_keys) == 1:  # "split": planned whole unless the part must split
+            def pack_part(is_last, lists):
+                fits = tf.reduce_all(
+                    tf.raw_ops.TensorListConcatV2(
+                        input_handle=lists[1], element_shape=[-1, 1],
+                        leading_dims=tf.zeros([0], tf.int64), element_dtype=tf.int32)[0]
+                    <= self.blocks[0])
+                return tf.cond(fits, lambda: self._plan_and_pack_part(is_last, lists),
+                               lambda: self._pack_part(is_last, lists))
         batches = parts.map(plain(pack_part), num_parallel_calls=_PART_PARALLELISM,
                             deterministic=True)
         return (batches.unbatch()
@@ -467,9 +468,7 @@ class _Packer:
         values, lengths, scalars = self._part_arrays(lists)
         lengths = lengths[:, 0]
         block, b = self.blocks[0], self.batch_rows
-        row_of, seg_of, rows = plan_part(lengths, block, self.segments)
-        order = tf.argsort(tf.cast(row_of, tf.int64) * (self.segments + 1)
-                           + tf.cast(seg_of, tf.int64))
+        row_of, seg_of, rows, order = plan_part(lengths, block, self.segments)
         in_order = lambda x: tf.gather(x, order)  # noqa: E731
         laid_out = _lay_out_rows(values[0], in_order(_exclusive_cumsum(lengths)),
                                  in_order(lengths), in_order(row_of), rows, block)
@@ -567,16 +566,12 @@ class _Packer:
 
         def body(written, pool, carry, out_arrays, rows_array):
             built, num_rows, pool, carry = self._build(pool, carry)
-            b = self.batch_rows
-            for k in range(self.per_build):
-                out_arrays = {key: out_arrays[key].write(written + k, v[k * b:(k + 1) * b])
-                              for key, v in built.items()}
-                # Before the input ends every batch keeps all B rows, so lanes keep their
-                # index; after, the trailing empty rows go. Empty batches are skipped.
-                rows = tf.clip_by_value(num_rows - k * b, 0, b)
-                rows_array = rows_array.write(written + k, tf.where(
-                    is_last | tf.equal(rows, 0), rows, b))
-            return written + self.per_build, pool, carry, out_arrays, rows_array
+            out_arrays = {key: out_arrays[key].write(written, v) for key, v in built.items()}
+            # Before the input ends every batch keeps all B rows, so lanes keep their index;
+            # after, the trailing empty rows go. Empty batches are skipped.
+            rows_array = rows_array.write(written, tf.where(
+                is_last | tf.equal(num_rows, 0), num_rows, self.batch_rows))
+            return written + 1, pool, carry, out_arrays, rows_array
 
         written, pool, carry, out_arrays, rows_array = tf.while_loop(
             cond, body, (written, pool, carry, out_arrays, rows_array),
@@ -672,9 +667,6 @@ class _Packer:
         fill = fill + long_take
         nseg = nseg0 + num_run + tf.cast(has_long, tf.int32)
         row_open = tf.logical_not(closed0 | has_long)
-        if self.per_build > 1:  # rows past the last run (see _row_runs) take nothing
-            row_open &= tf.range(self.rows) <= tf.reduce_max(
-                tf.where(run_end > run_start, tf.range(self.rows), 0))
 
         # 2. Best fit into the gaps: each row proposes one example per round, lowest row wins.
         size = tf.reduce_sum(lengths, axis=1)
@@ -834,148 +826,15 @@ class _Packer:
                      & (used + q - p < self.segments))
         reach = tf.reshape(q + tf.cast(long_here, tf.int32), [-1])
         width = num_pool + 1
-        ends_of_rows = _chain(reach, None if self.no_carry else kind * width, self.rows)
+        ends_of_rows = _chain(reach, kind * width, self.rows)
         run_start = tf.concat([[0], ends_of_rows[:-1]], 0)
         at = kind * width + run_start
         run_end = tf.gather(tf.reshape(q, [-1]), at)
         here = tf.gather(tf.reshape(long_here, [-1]), at)
         left = tf.gather(tf.reshape(left, [-1, len(self.blocks)]), at)
-        if self.per_build > 1:
-            # A build plans several batches; near the end of the input the pool may fill only
-            # a few rows: the runs stop after the rows its tokens need (at least), and the gap
-            # filling below packs the rest into those rows instead of one run per row.
-            needed = tf.reduce_max(-(-tf.reduce_sum(lengths, 0) // blocks))
-            active = tf.range(self.rows) < tf.maximum(needed, 1)
-            run_end = tf.where(active, run_end, run_start)
-            here &= active
-            left = tf.where(active[:, None], left, blocks[None])
         long_take = tf.where(here[:, None],
                              tf.minimum(tf.gather(lengths_pad, run_end), left), 0)
         return run_start, run_end, tf.where(here, run_end, -1), blocks - left, long_take
-
-    # ----- one build, the common case: one sequence feature, no split (no carries, no longs)
-
-    def _assign_simple(self, lengths):
-        """``_assign`` for one feature and no example longer than the block (so nothing is
-        carried and nothing is long): the same placement with the dead branches left out.
-
-        Args:
-          lengths: int32 ``[P]``, the pool examples' lengths, oldest first.
-
-        Returns:
-          int32 ``[P]``: each example's row (-1 if it stays in the pool) and segment id.
-        """
-        block, rows = self.blocks[0], self.rows
-        num_pool = tf.shape(lengths)[0]
-        smallest = tf.reduce_min(lengths)
-        ends = tf.cumsum(lengths)
-        starts = tf.concat([[0], ends], 0)                                     # [P + 1]
-
-        # 1. Rows take consecutive runs of the oldest examples (see _row_runs).
-        p = tf.range(num_pool + 1)
-        end = tf.searchsorted(ends, starts + block, side="right")
-        end = tf.maximum(tf.minimum(end, p + self.segments), p)
-        left = block - (tf.gather(starts, end) - starts)
-        give_back = (end > p + 1) & (left > 0) & (left < smallest)
-        reach = end - tf.cast(give_back, tf.int32)
-        run_end = _chain(reach, None, rows)
-        run_start = tf.concat([[0], run_end[:-1]], 0)
-        fill = tf.gather(starts, run_end) - tf.gather(starts, run_start)
-        if self.per_build > 1:  # see _row_runs
-            needed = -(-tf.reduce_sum(lengths) // block)
-            active = tf.range(rows) < tf.maximum(needed, 1)
-            run_end = tf.where(active, run_end, run_start)
-            fill = tf.where(active, fill, 0)
-
-        runs = tf.ragged.range(run_start, run_end)
-        items = runs.flat_values[:, None]
-        item_rows = tf.cast(runs.value_rowids(), tf.int32)
-        row_of = tf.scatter_nd(items, item_rows + 1, [num_pool]) - 1
-        seg_of = tf.scatter_nd(items, items[:, 0] - tf.gather(run_start, item_rows) + 1,
-                               [num_pool])
-        nseg = run_end - run_start
-        row_open = tf.fill([rows], True)
-        if self.per_build > 1:
-            row_open = tf.range(rows) <= tf.reduce_max(
-                tf.where(run_end > run_start, tf.range(rows), 0))
-
-        # 2. Best fit into the gaps (see _assign): the waiting examples sorted by (length,
-        # age), a binary search per row; each row proposes one example per round, the lowest
-        # row wins.
-        wide = tf.cast(num_pool + 1, tf.int64)
-        waiting = tf.cast(tf.where(row_of < 0)[:, 0], tf.int32)
-        keys = (tf.cast(tf.gather(lengths, waiting), tf.int64) * wide
-                + tf.cast(num_pool - waiting, tf.int64))
-        order = tf.argsort(keys)
-        sorted_keys, sorted_items = tf.gather(keys, order), tf.gather(waiting, order)
-        all_rows = tf.range(rows)
-
-        def largest_up_to(limit, sorted_keys, sorted_items):
-            bound = tf.cast(limit, tf.int64) * wide + tf.cast(num_pool, tf.int64)
-            pos = tf.searchsorted(sorted_keys, bound, side="right") - 1
-            return tf.gather(tf.concat([[-1], sorted_items], 0), pos + 1), pos >= 0
-
-        def fill_gaps(placed_any, row_of, seg_of, fill, nseg, sorted_keys, sorted_items):
-            alive = tf.gather(row_of, sorted_items) < 0
-            sorted_keys = tf.boolean_mask(sorted_keys, alive)
-            sorted_items = tf.boolean_mask(sorted_items, alive)
-            gap = block - fill
-            fit, fits = largest_up_to(gap, sorted_keys, sorted_items)
-            exact = fits & (tf.gather(lengths, tf.maximum(fit, 0)) == gap)
-            clean, cleans = largest_up_to(gap - smallest, sorted_keys, sorted_items)
-            choice = tf.where(exact | tf.logical_not(cleans), fit, clean)
-            wants = row_open & (nseg < self.segments) & fits
-            claim = tf.where(wants, choice, num_pool)
-            winner = tf.math.unsorted_segment_min(all_rows, claim, num_pool + 1)
-            won = wants & (tf.gather(winner, claim) == all_rows)
-            won_rows = tf.cast(tf.where(won)[:, 0], tf.int32)
-            won_items = tf.gather(choice, won_rows)[:, None]
-            row_of = tf.tensor_scatter_nd_update(row_of, won_items, won_rows)
-            seg_of = tf.tensor_scatter_nd_update(seg_of, won_items,
-                                                 tf.gather(nseg, won_rows) + 1)
-            fill += tf.scatter_nd(won_rows[:, None], tf.gather(lengths, won_items[:, 0]), [rows])
-            nseg += tf.cast(won, tf.int32)
-            return tf.reduce_any(won), row_of, seg_of, fill, nseg, sorted_keys, sorted_items
-
-        _, row_of, seg_of, _, _, _, _ = tf.while_loop(
-            lambda placed_any, *_: placed_any, fill_gaps,
-            (num_pool > 0, row_of, seg_of, fill, nseg, sorted_keys, sorted_items),
-            shape_invariants=(tf.TensorShape([]), row_of.shape, seg_of.shape, fill.shape,
-                              nseg.shape, tf.TensorShape([None]), tf.TensorShape([None])),
-            maximum_iterations=_FILL_ROUNDS)
-        return row_of, seg_of
-
-    def _build_simple(self, pool, carry):
-        """``_build_batch`` for one feature and no split: the carry stays empty."""
-        (p_seq, p_lengths, p_scalars) = pool
-        lengths = p_lengths[:, 0]
-        row_of, seg_of = self._assign_simple(lengths)
-        placed = row_of >= 0
-        pool_idx = tf.where(placed)[:, 0]
-        piece_row = tf.gather(row_of, pool_idx)
-        piece_seg = tf.gather(seg_of, pool_idx)
-        p_starts = _exclusive_cumsum(lengths)
-        order = tf.argsort(tf.cast(piece_row, tf.int64) * (self.segments + 1)
-                           + tf.cast(piece_seg, tf.int64))
-        in_order = lambda x: tf.gather(x, order)  # noqa: E731
-        key = self.seq_keys[0]
-        laid_out = _lay_out(p_seq[0], in_order(tf.gather(p_starts, pool_idx)),
-                            in_order(tf.gather(lengths, pool_idx)), in_order(piece_row),
-                            in_order(piece_seg), tf.zeros_like(piece_row, tf.bool),
-                            self.rows, self.blocks[0])
-        batch = {key + suffix: dense
-                 for suffix, dense in zip(("",) + PACKED_SUFFIXES[:3], laid_out)}
-        seg_index = tf.stack([piece_row, piece_seg - 1], 1)
-        for s, name in enumerate(self.scalar_keys):
-            empty = tf.zeros([self.rows, self.segments], self.scalar_dtypes[s])
-            batch[name] = tf.tensor_scatter_nd_update(empty, seg_index,
-                                                      tf.gather(p_scalars[s], pool_idx))
-        num_rows = tf.reduce_max(tf.concat([piece_row, [-1]], 0)) + 1
-        keep_idx = tf.where(tf.logical_not(placed))[:, 0]
-        kept_lengths = tf.gather(p_lengths, keep_idx)
-        new_pool = ((_gather_spans(p_seq[0], tf.gather(p_starts, keep_idx), kept_lengths[:, 0]),),
-                    kept_lengths, tuple(tf.gather(v, keep_idx) for v in p_scalars))
-        return batch, num_rows, new_pool, carry
 
     def _build_batch(self, pool, carry):
         (p_seq, p_lengths, p_scalars), (c_seq, c_lengths, c_scalars) = pool, carry
@@ -989,8 +848,6 @@ class _Packer:
         lane_idx = tf.where(has_carry)[:, 0]
         piece_row = tf.concat([tf.gather(row_of, pool_idx), tf.gather(lanes, lane_idx)], 0)
         piece_seg = tf.concat([tf.gather(seg_of, pool_idx), tf.ones_like(lane_idx, tf.int32)], 0)
-        piece_start = tf.concat([tf.gather(start_of, pool_idx),
-                                 tf.zeros([tf.size(lane_idx), len(self.seq_keys)], tf.int32)], 0)
         piece_take = tf.concat([tf.gather(take_of, pool_idx), tf.gather(carry_piece, lane_idx)],
                                0)
         piece_cont = tf.concat([tf.zeros_like(pool_idx, tf.bool),
