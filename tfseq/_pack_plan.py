@@ -36,6 +36,19 @@ _FILLERS_PER_ROW = 4
 _MATCH_ROUNDS = 3
 
 
+def _search(sorted_values: tf.Tensor, values: tf.Tensor, side: str) -> tf.Tensor:
+    """``tf.searchsorted`` for 1-D int32 tensors, in fewer graph nodes (the graph is optimized
+    again for every iterator, at a cost that grows with its node count)."""
+    op = tf.raw_ops.UpperBound if side == "right" else tf.raw_ops.LowerBound
+    return tf.reshape(op(sorted_inputs=tf.expand_dims(sorted_values, 0),
+                         values=tf.expand_dims(values, 0), out_type=tf.int32), [-1])
+
+
+def _indices(mask: tf.Tensor) -> tf.Tensor:
+    """int32 ``[n]``: the positions where the 1-D ``mask`` is true."""
+    return tf.cast(tf.reshape(tf.where(mask), [-1]), tf.int32)
+
+
 def next_fit_runs(lengths: tf.Tensor, block: int, segments: int) -> tuple[tf.Tensor, tf.Tensor]:
     """Rows filled next-fit: each takes consecutive examples while they fit.
 
@@ -50,11 +63,11 @@ def next_fit_runs(lengths: tf.Tensor, block: int, segments: int) -> tuple[tf.Ten
     Example:
       lengths ``[3, 4, 2, 5]``, block 6 -> starts ``[0, 1, 3]``, ends ``[1, 3, 4]``.
     """
-    m = tf.shape(lengths)[0]
+    m = tf.size(lengths)
     ends_cum = tf.cumsum(lengths)
     starts_cum = tf.concat([[0], ends_cum], 0)                                 # [M + 1]
     p = tf.range(m + 1)
-    reach = tf.searchsorted(ends_cum, starts_cum + block, side="right")      # first misfit
+    reach = _search(ends_cum, starts_cum + block, "right")      # first misfit
     reach = tf.maximum(tf.minimum(reach, p + segments), tf.minimum(p + 1, m))
     # Row boundaries b[0] = 0, b[k + 1] = reach[b[k]], by doubling: xs = b[:n] and
     # power = reach applied n times, so power[xs] = b[n:2n].
@@ -69,7 +82,7 @@ def next_fit_runs(lengths: tf.Tensor, block: int, segments: int) -> tuple[tf.Ten
 
 def _running_min(x: tf.Tensor) -> tf.Tensor:
     """``out[k] = min(x[:k + 1])`` for int32 ``[n]``, in log2(n) rounds."""
-    n = tf.shape(x)[0]
+    n = tf.size(x)
 
     def body(x, shift):
         shifted = tf.concat([tf.fill([shift], x.dtype.max), x[:n - shift]], 0)
@@ -93,13 +106,14 @@ def _match(gap: tf.Tensor, cand_lengths: tf.Tensor) -> tuple[tf.Tensor, tf.Tenso
       ``cand_lengths`` (all distinct).
     """
     order = tf.argsort(gap, direction="DESCENDING", stable=True)
-    best = tf.searchsorted(cand_lengths, tf.gather(gap, order), side="right") - 1
+    best = _search(cand_lengths, tf.gather(gap, order), "right") - 1
     # The k-th row (in that order) takes min(best[k], its predecessor's pick - 1), i.e.
     # min over j <= k of best[j] + j, minus k.
-    k = tf.range(tf.shape(order)[0])
+    k = tf.range(tf.size(order))
     picks = _running_min(best + k) - k
     won = picks >= 0
-    return tf.boolean_mask(order, won), tf.boolean_mask(picks, won)
+    won = _indices(won)
+    return tf.gather(order, won), tf.gather(picks, won)
 
 
 def _match_rounds(lengths, block, segments, row_of, seg_of, fill, nseg, cand):
@@ -128,7 +142,7 @@ def _match_rounds(lengths, block, segments, row_of, seg_of, fill, nseg, cand):
                                            tf.expand_dims(picks, 1),
                                            tf.zeros_like(picks, tf.bool))
         return (tf.size(picks) > 0, row_of, seg_of, fill, nseg,
-                tf.gather(cand, tf.where(left)[:, 0]))
+                tf.gather(cand, _indices(left)))
 
     return tf.while_loop(
         lambda any_placed, row_of, seg_of, fill, nseg, cand: any_placed & (tf.size(cand) > 0),
@@ -143,12 +157,14 @@ def _place(lengths, block, segments, items, row_of, seg_of, fill, nseg):
     """New next-fit rows for ``items`` (in order), numbered after the existing ones."""
     item_lengths = tf.gather(lengths, items)
     starts, ends = next_fit_runs(item_lengths, block, segments)
-    runs = tf.ragged.range(starts, ends)
-    run_rows = tf.cast(runs.value_rowids(), tf.int32)
-    placed = tf.gather(items, runs.flat_values)[:, None]
+    # The runs cover the items in order: an item's row counts the runs started up to it.
+    count = tf.size(items)
+    run_rows = tf.cumsum(tf.scatter_nd(tf.expand_dims(starts[1:], 1),
+                                       tf.ones_like(starts[1:]), [count]))
+    placed = tf.expand_dims(items, 1)
     row_of = tf.tensor_scatter_nd_update(row_of, placed, run_rows + tf.size(fill))
     seg_of = tf.tensor_scatter_nd_update(
-        seg_of, placed, runs.flat_values - tf.gather(starts, run_rows) + 1)
+        seg_of, placed, tf.range(count) - tf.gather(starts, run_rows) + 1)
     new_fill = tf.math.unsorted_segment_sum(item_lengths, run_rows, tf.size(starts))
     return (row_of, seg_of, tf.concat([fill, new_fill], 0),
             tf.concat([nseg, ends - starts], 0))
@@ -160,21 +176,21 @@ def _bulk_fill(lengths, block, segments, row_of, seg_of, fill, nseg, cand):
     cand_lengths = tf.gather(lengths, cand)
     gap_ends = tf.cumsum(tf.where(nseg < segments, block - fill, 0))
     cand_ends = tf.cumsum(cand_lengths)
-    row = tf.searchsorted(gap_ends, cand_ends - cand_lengths, side="right")
+    row = _search(gap_ends, cand_ends - cand_lengths, "right")
     row_end = tf.gather(tf.concat([gap_ends, [-1]], 0), row)   # -1: past the last row
-    rank = tf.range(tf.size(cand)) - tf.searchsorted(row, row, side="left")
+    rank = tf.range(tf.size(cand)) - _search(row, row, "left")
     fits = (cand_ends <= row_end) & (
         rank + tf.gather(tf.concat([nseg, [segments]], 0), row) < segments)
-    won = tf.where(fits)[:, 0]
+    won = _indices(fits)
     won_rows = tf.gather(row, won)
-    items = tf.gather(cand, won)[:, None]
+    items = tf.expand_dims(tf.gather(cand, won), 1)
     row_of = tf.tensor_scatter_nd_update(row_of, items, won_rows)
     seg_of = tf.tensor_scatter_nd_update(
         seg_of, items, tf.gather(nseg, won_rows) + tf.gather(rank, won) + 1)
     num_rows = tf.size(fill)
     fill += tf.math.unsorted_segment_sum(tf.gather(cand_lengths, won), won_rows, num_rows)
     nseg += tf.math.unsorted_segment_sum(tf.ones_like(won_rows), won_rows, num_rows)
-    return row_of, seg_of, fill, nseg, tf.boolean_mask(cand, tf.logical_not(fits))
+    return row_of, seg_of, fill, nseg, tf.gather(cand, _indices(tf.logical_not(fits)))
 
 
 def plan_part(lengths: tf.Tensor, block: int, segments: int
@@ -191,7 +207,7 @@ def plan_part(lengths: tf.Tensor, block: int, segments: int
       its 1-based segment number in that row (segments in arrival order); int32 scalar, the
       number of rows; int32 ``[P]``, the examples in row-major order (by row, then segment).
     """
-    num = tf.shape(lengths)[0]
+    num = tf.size(lengths)
 
     def place(items, row_of, seg_of, fill, nseg):
         return _place(lengths, block, segments, items, row_of, seg_of, fill, nseg)
@@ -205,21 +221,18 @@ def plan_part(lengths: tf.Tensor, block: int, segments: int
     def ascending(items):
         return tf.gather(items, tf.argsort(tf.gather(lengths, items), stable=True))
 
-    def indices(mask):
-        return tf.cast(tf.where(mask)[:, 0], tf.int32)
-
     # 1. Examples longer than half a block never share a row with each other: one row each,
     # its gap taken by the largest others that fit.
     row_of = tf.fill([num], -1)
     seg_of = tf.zeros([num], tf.int32)
     empty = tf.zeros([0], tf.int32)
     is_big = lengths * 2 > block
-    row_of, seg_of, fill, nseg = place(indices(is_big), row_of, seg_of, empty, empty)
+    row_of, seg_of, fill, nseg = place(_indices(is_big), row_of, seg_of, empty, empty)
     big_rows = tf.size(fill)
     row_of, seg_of, fill, nseg = tf.cond(
         big_rows > 0,
         lambda: match_rounds(row_of, seg_of, fill, nseg,
-                             ascending(indices(tf.logical_not(is_big))))[:4],
+                             ascending(_indices(tf.logical_not(is_big))))[:4],
         lambda: (row_of, seg_of, fill, nseg))
 
     # 2. The rest: the shortest are fillers, the others fill rows next-fit in arrival order.
@@ -231,17 +244,17 @@ def plan_part(lengths: tf.Tensor, block: int, segments: int
     # The `target` shortest (the earliest among equal lengths) are the fillers.
     hist = tf.math.bincount(rest_lengths, minlength=block + 1, maxlength=block + 1)
     hist = tf.concat([[0], hist[1:]], 0)   # placed examples counted as length 0: not fillers
-    cut = tf.searchsorted(tf.cumsum(hist), target[None], side="left")[0]
+    cut = _search(tf.cumsum(hist), target[None], "left")[0]
     at_cut = rest & tf.equal(lengths, cut)
     room_at_cut = target - tf.reduce_sum(hist[:cut])
     is_filler = rest & ((lengths < cut) | (at_cut & (
         tf.cumsum(tf.cast(at_cut, tf.int32), exclusive=True) < room_at_cut)))
-    row_of, seg_of, fill, nseg = place(indices(rest & tf.logical_not(is_filler)),
+    row_of, seg_of, fill, nseg = place(_indices(rest & tf.logical_not(is_filler)),
                                        row_of, seg_of, fill, nseg)
 
     # 3. Gaps: large ones take the largest fillers that fit, then runs of small ones, then the
     # rest is topped off.
-    state = match_rounds(row_of, seg_of, fill, nseg, ascending(indices(is_filler)))
+    state = match_rounds(row_of, seg_of, fill, nseg, ascending(_indices(is_filler)))
     state = bulk_fill(*bulk_fill(*state))
     row_of, seg_of, fill, nseg, cand = match_rounds(*state)
 
@@ -257,6 +270,6 @@ def plan_part(lengths: tf.Tensor, block: int, segments: int
     order = tf.argsort(tf.cast(row_of, tf.int64) * tf.cast(num, tf.int64)
                        + tf.range(num, dtype=tf.int64))
     sorted_rows = tf.gather(row_of, order)
-    segment = tf.range(num) - tf.searchsorted(sorted_rows, sorted_rows, side="left") + 1
-    seg_of = tf.scatter_nd(order[:, None], segment, tf.shape(lengths))
+    segment = tf.range(num) - _search(sorted_rows, sorted_rows, "left") + 1
+    seg_of = tf.scatter_nd(tf.expand_dims(order, 1), segment, tf.shape(lengths))
     return row_of, seg_of, rows, order

@@ -277,7 +277,7 @@ def _lay_out_rows(values, src, take, row, rows, block: int):
     """``_lay_out`` for pieces that are whole examples (no continuation), in row-major order.
 
     Per-token work is gathers, two scatters of one value per piece and running sums along
-    the rows (no search per token).
+    the rows (no search per token, no ragged-to-dense conversion).
 
     Args:
       values: the tokens ``[N]``; src, take: int32 ``[n]``, where each piece starts in
@@ -290,10 +290,14 @@ def _lay_out_rows(values, src, take, row, rows, block: int):
     """
     filled = tf.math.unsorted_segment_sum(take, row, rows)                 # [rows]
     offset = _exclusive_cumsum(take) - tf.gather(_exclusive_cumsum(filled), row)
-    spans = tf.ragged.range(src, src + take, row_splits_dtype=tf.int32)
-    tokens = tf.RaggedTensor.from_row_lengths(
-        tf.gather(values, spans.flat_values), filled, validate=False).to_tensor(
-            0, shape=[rows, block])
+    # The tokens in row-major order, then each cell reads its row's run of them.
+    flat = tf.gather(values, tf.raw_ops.RaggedRange(starts=src, limits=src + take,
+                                                    deltas=tf.ones_like(src))[1])
+    column = tf.range(block)[None, :]
+    real = column < filled[:, None]
+    index = tf.minimum(_exclusive_cumsum(filled)[:, None] + column,
+                       tf.maximum(tf.size(flat) - 1, 0))
+    tokens = tf.where(real, tf.gather(flat, index), tf.zeros([], values.dtype))
     cell = (row * block + offset)[:, None]
     cells = tf.stack([rows * block])
     # A mark on each piece's first cell: running sums along the row give every cell its
@@ -303,8 +307,6 @@ def _lay_out_rows(values, src, take, row, rows, block: int):
     segment_ids = tf.cumsum(tf.reshape(tf.scatter_nd(cell, tf.ones_like(row), cells),
                                        [rows, block]), axis=1)
     starts = tf.cumsum(tf.reshape(tf.scatter_nd(cell, step, cells), [rows, block]), axis=1)
-    column = tf.range(block)[None, :]
-    real = column < filled[:, None]
     positions = tf.where(real, column - starts, 0)
     return (tokens, tf.where(real, segment_ids, 0), positions, real & tf.equal(positions, 0))
 
