@@ -9,8 +9,9 @@ The plan, for examples of lengths ``[P]`` (each in ``[1, block]``):
 1. Big: an example longer than half a block never shares a row with another big one. Each gets
    a row of its own, and its gap takes the largest other examples that fit (matching rounds
    as in 4).
-2. Fillers: of the rest, the shortest examples, about ``_FILLERS_PER_ROW`` per row the part
-   needs (at most half of them), are set aside.
+2. Fillers: of the rest, the shortest examples are set aside: enough to hold twice the tokens
+   next-fit rows are expected to leave free (about half a length-biased example per row), at
+   least ``_FILLERS_PER_ROW`` per row the part needs, at most half of the examples.
 3. Runs: the others fill rows next-fit in their order (a row takes consecutive examples while
    they fit), so rows hold examples that arrived together.
 4. Gaps: a few rounds give every open row at most one filler each, the largest that fits its
@@ -30,8 +31,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-# Fillers set aside per row the part needs: enough for the gaps of next-fit rows.
+# Fillers set aside: at least this many per row the part needs, and at least this many times
+# the tokens next-fit rows are expected to leave free.
 _FILLERS_PER_ROW = 4
+_FILL_VOLUME = 2.0
 # Rounds of one-filler-per-row gap filling, before and after the bulk fill.
 _MATCH_ROUNDS = 3
 
@@ -240,10 +243,19 @@ def plan_part(lengths: tf.Tensor, block: int, segments: int
     rest_num = tf.reduce_sum(tf.cast(rest, tf.int32))
     rest_lengths = tf.where(rest, lengths, 0)
     rows_needed = (tf.reduce_sum(rest_lengths) + block - 1) // block
-    target = tf.minimum(rest_num // 2, _FILLERS_PER_ROW * rows_needed)
-    # The `target` shortest (the earliest among equal lengths) are the fillers.
     hist = tf.math.bincount(rest_lengths, minlength=block + 1, maxlength=block + 1)
     hist = tf.concat([[0], hist[1:]], 0)   # placed examples counted as length 0: not fillers
+    # Next-fit leaves about half a length-biased example free per row, sum(L^2) / (2 sum(L)):
+    # the fillers are the shortest examples holding _FILL_VOLUME times that many tokens, and
+    # at least _FILLERS_PER_ROW per row (at most half of the examples).
+    sizes = tf.range(block + 1, dtype=tf.float32)
+    counts = tf.cast(hist, tf.float32)
+    volume = tf.cumsum(counts * sizes)
+    gaps = tf.cast(rows_needed, tf.float32) * tf.reduce_sum(counts * sizes * sizes) / (
+        tf.maximum(2.0 * volume[-1], 1.0))
+    by_volume = tf.reduce_sum(tf.where(volume < _FILL_VOLUME * gaps, hist, 0))
+    target = tf.minimum(rest_num // 2, tf.maximum(_FILLERS_PER_ROW * rows_needed, by_volume))
+    # The `target` shortest (the earliest among equal lengths) are the fillers.
     cut = _search(tf.cumsum(hist), target[None], "left")[0]
     at_cut = rest & tf.equal(lengths, cut)
     room_at_cut = target - tf.reduce_sum(hist[:cut])
