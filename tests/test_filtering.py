@@ -120,6 +120,19 @@ def test_line_checks_on_tricky_utf8():
     assert scalar["nul_byte"].shape == [] and bool(scalar["nul_byte"])
 
 
+def test_line_checks_whitespace_and_each_reason_alone():
+    # Good lines pass one regex; the others are checked reason by reason. \v is not RE2
+    # whitespace (the "empty" check is `\s*`), so a line of it is kept.
+    lines = [b" \t\r\n\f", b"\x0b", b" a ", b" \x00 ", b"\xff ", b"", b"x" * 12]
+    checks = tfseq.filtering.line_checks(tf.constant(lines), 10)
+    assert {k: v.numpy().tolist() for k, v in checks.items()} == {
+        "too_many_bytes": [False, False, False, False, False, False, True],
+        "invalid_utf8":   [False, False, False, False, True, False, False],
+        "nul_byte":       [False, False, False, True, False, False, False],
+        "empty":          [True, False, False, False, False, True, True],
+    }
+
+
 @pytest.mark.parametrize("batch_size", [None, 2])
 def test_bad_files_end_to_end(tmp_path, batch_size):
     """Blank-only file, invalid UTF-8, NUL, CRLF, BOM and a 5 MB line: counted, not crashed."""

@@ -38,6 +38,13 @@ def _valid_utf8(line: tf.Tensor) -> tf.Tensor:
         line, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD), line)
 
 
+# Full match iff the line passes every check: valid UTF-8, no NUL, and some character that is
+# not RE2 whitespace (``\\s`` = tab, newline, form feed, carriage return, space).
+_GOOD_LINE = ("[\\x{1}-\\x{D7FF}\\x{E000}-\\x{10FFFF}]*"
+              "[\\x{1}-\\x{8}\\x{B}\\x{E}-\\x{1F}\\x{21}-\\x{D7FF}\\x{E000}-\\x{10FFFF}]"
+              "[\\x{1}-\\x{D7FF}\\x{E000}-\\x{10FFFF}]*")
+
+
 def line_checks(line: tf.Tensor, max_line_bytes: int | None) -> dict[str, tf.Tensor]:
     """Ordered ``reason -> bool`` (true = drop) for ``tf.string`` lines of any shape."""
     checks = {}
@@ -48,14 +55,20 @@ def line_checks(line: tf.Tensor, max_line_bytes: int | None) -> dict[str, tf.Ten
         line = tf.where(too_big, tf.zeros_like(line), line)
     shape = tf.shape(line)
     flat = tf.reshape(line, [-1])
-    clean = tf.strings.regex_full_match(flat, _VALID_NO_NUL)
-    # Only the (rare) lines that fail go through the exact check, to tell a NUL from bad UTF-8.
-    suspects = tf.where(tf.logical_not(clean))
-    invalid = tf.scatter_nd(suspects, tf.logical_not(_valid_utf8(tf.gather_nd(flat, suspects))),
-                            tf.shape(flat, out_type=tf.int64))
-    checks["invalid_utf8"] = tf.reshape(invalid, shape)
-    checks["nul_byte"] = tf.reshape(tf.logical_not(clean) & tf.logical_not(invalid), shape)
-    checks["empty"] = tf.strings.regex_full_match(line, "\\s*")
+    flat_shape = tf.shape(flat, out_type=tf.int64)
+    # One pass over every line; only the (rare) lines that fail it are checked reason by
+    # reason: the exact UTF-8 check tells a NUL from bad UTF-8.
+    suspects = tf.where(tf.logical_not(tf.strings.regex_full_match(flat, _GOOD_LINE)))
+    suspect_lines = tf.gather_nd(flat, suspects)
+    unclean = tf.logical_not(tf.strings.regex_full_match(suspect_lines, _VALID_NO_NUL))
+    invalid = unclean & tf.logical_not(_valid_utf8(suspect_lines))
+
+    def back(flags):
+        return tf.reshape(tf.scatter_nd(suspects, flags, flat_shape), shape)
+
+    checks["invalid_utf8"] = back(invalid)
+    checks["nul_byte"] = back(unclean & tf.logical_not(invalid))
+    checks["empty"] = back(tf.strings.regex_full_match(suspect_lines, "\\s*"))
     return checks
 
 
