@@ -218,6 +218,13 @@ def _gather_spans(values: tf.Tensor, starts: tf.Tensor, lengths: tf.Tensor) -> t
     return tf.gather(values, index.flat_values)
 
 
+def _concat_list(handle: tf.Tensor, dtype: tf.DType, element_shape) -> tf.Tensor:
+    """A TensorList's elements concatenated along their first axis."""
+    return tf.raw_ops.TensorListConcatV2(
+        input_handle=handle, element_shape=element_shape,
+        leading_dims=tf.zeros([0], tf.int64), element_dtype=dtype)[0]
+
+
 def _exclusive_cumsum(x: tf.Tensor) -> tf.Tensor:
     return tf.cumsum(x, axis=0, exclusive=True)
 
@@ -375,11 +382,7 @@ class _Packer:
             pack_part = self._plan_and_pack_part
         elif len(self.seq_keys) == 1:  # "split": planned whole unless the part must split
             def pack_part(is_last, lists):
-                fits = tf.reduce_all(
-                    tf.raw_ops.TensorListConcatV2(
-                        input_handle=lists[1], element_shape=[-1, 1],
-                        leading_dims=tf.zeros([0], tf.int64), element_dtype=tf.int32)[0]
-                    <= self.blocks[0])
+                fits = tf.reduce_all(_concat_list(lists[1], tf.int32, [-1, 1]) <= self.blocks[0])
                 return tf.cond(fits, lambda: self._plan_and_pack_part(is_last, lists),
                                lambda: self._pack_part(is_last, lists))
         batches = parts.map(plain(pack_part), num_parallel_calls=_PART_PARALLELISM,
@@ -413,16 +416,8 @@ class _Packer:
 
     def _pack_part(self, is_last, lists):
         """One part -> its packed batches ``{key: [N, B, ...]}`` and rows ``[N]`` (0: skip)."""
-        def concat(a, dtype, shape):
-            return tf.raw_ops.TensorListConcatV2(
-                input_handle=a, element_shape=shape, leading_dims=tf.zeros([0], tf.int64),
-                element_dtype=dtype)[0]
-
         num = len(self.seq_keys)
-        seq_lists, length_list, scalar_lists = lists
-        values = [concat(a, d, [-1]) for a, d in zip(seq_lists, self.seq_dtypes)]
-        lengths = concat(length_list, tf.int32, [-1, num])
-        scalars = [concat(a, d, [-1]) for a, d in zip(scalar_lists, self.scalar_dtypes)]
+        values, lengths, scalars = self._part_arrays(lists)
         offsets = tf.concat([tf.zeros([1, num], tf.int32), tf.cumsum(lengths, axis=0)], 0)
         count = tf.shape(lengths)[0]
         num_chunks = tf.maximum((count + _CHUNK_SIZE - 1) // _CHUNK_SIZE, 1)
@@ -454,15 +449,10 @@ class _Packer:
 
     def _part_arrays(self, lists):
         """A part's lists -> (values per feature ``[N]``, lengths ``[P, F]``, scalars ``[P]``)."""
-        def concat(a, dtype, shape):
-            return tf.raw_ops.TensorListConcatV2(
-                input_handle=a, element_shape=shape, leading_dims=tf.zeros([0], tf.int64),
-                element_dtype=dtype)[0]
-
         seq_lists, length_list, scalar_lists = lists
-        return ([concat(a, d, [-1]) for a, d in zip(seq_lists, self.seq_dtypes)],
-                concat(length_list, tf.int32, [-1, len(self.seq_keys)]),
-                [concat(a, d, [-1]) for a, d in zip(scalar_lists, self.scalar_dtypes)])
+        return ([_concat_list(a, d, [-1]) for a, d in zip(seq_lists, self.seq_dtypes)],
+                _concat_list(length_list, tf.int32, [-1, len(self.seq_keys)]),
+                [_concat_list(a, d, [-1]) for a, d in zip(scalar_lists, self.scalar_dtypes)])
 
     def _plan_and_pack_part(self, is_last, lists):
         """``_pack_part`` for one feature and nothing split: the whole part is planned at once
