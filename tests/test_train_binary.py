@@ -37,6 +37,12 @@ def test_unknown_flag_fails_naming_it():
     assert "no_such_flag" in out.stderr
 
 
+def test_a_learning_rate_that_is_not_positive_fails_naming_it():
+    out = train("--learning_rate=0")
+    assert out.returncode != 0
+    assert "--learning_rate must be > 0" in out.stderr
+
+
 def test_conflicting_flags_fail_naming_them(tmp_path, tiny_corpus):
     out = train(f"--files={tiny_corpus}", "--batching=bucket", "--batch_size=8",
                 f"--model_dir={tmp_path / 'run'}")
@@ -48,11 +54,12 @@ def test_conflicting_flags_fail_naming_them(tmp_path, tiny_corpus):
 def test_short_run_report_flagfile_and_resume(tmp_path, tiny_corpus):
     run = tmp_path / "run"
     out = train(f"--files={tiny_corpus}", "--batching=pad", "--batch_size=16", "--epochs=1",
-                "--max_steps=4", f"--model_dir={run}", "--verbose=0")
+                "--max_steps=4", f"--model_dir={run}", "--verbose=0", "--learning_rate=0.004")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "interrupted: run the same command again to resume" in out.stdout
     report = json.loads((run / "report.json").read_text())
     assert report["steps"] == 4 and report["interrupted"]
+    assert report["learning_rate"] == pytest.approx(0.004)
     assert (run / "flags.txt").exists() and json.loads((run / "argv.json").read_text())[1:3] == [
         f"--files={tiny_corpus}", "--batching=pad"]
 
