@@ -3,6 +3,7 @@ r"""Input throughput side by side: the tfseq pipelines vs the raw limit vs what 
 Usage:
   python scripts/bench_pipeline.py --json_out=bench_out/pipeline.json
   python scripts/bench_pipeline.py --train_files='data/*.txt.gz' --field=-1 --repeats=3
+  python scripts/bench_pipeline.py --feeds=pack,shuffle_lines --repeats=3   # a subset
 
 Feeds of the same lines, each run for whole epochs, in real (non-pad) tokens per second:
   raw       read + tokenize + vocab lookup alone, vectorized, consumed in the graph (the limit);
