@@ -1,7 +1,7 @@
 """Where each example of a whole part goes: the packing plan for one sequence feature.
 
-Used by ``tfseq.pack`` when nothing is split (one sequence feature, ``long_examples`` "drop" or
-"truncate"): a part (about 128 batches' worth of examples) is planned in one go, with a few
+Used by ``tfseq.pack`` when nothing is split (one sequence feature, with ``long_examples``
+"drop" or "truncate", or "split" in a part with no example longer than the block): a part (about 128 batches' worth of examples) is planned in one go, with a few
 hundred tf ops whatever its size, instead of one build per few batches.
 
 The plan, for examples of lengths ``[P]`` (each in ``[1, block]``):
@@ -197,7 +197,7 @@ def _bulk_fill(lengths, block, segments, row_of, seg_of, fill, nseg, cand):
 
 
 def plan_part(lengths: tf.Tensor, block: int, segments: int
-              ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+              ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
     """Rows and segments for every example of a part (see the module docstring).
 
     Args:
@@ -238,7 +238,7 @@ def plan_part(lengths: tf.Tensor, block: int, segments: int
                              ascending(_indices(tf.logical_not(is_big))))[:4],
         lambda: (row_of, seg_of, fill, nseg))
 
-    # 2. The rest: the shortest are fillers, the others fill rows next-fit in arrival order.
+    # 2-3. The rest: the shortest are fillers, the others fill rows next-fit in arrival order.
     rest = row_of < 0
     rest_num = tf.reduce_sum(tf.cast(rest, tf.int32))
     rest_lengths = tf.where(rest, lengths, 0)
@@ -264,16 +264,16 @@ def plan_part(lengths: tf.Tensor, block: int, segments: int
     row_of, seg_of, fill, nseg = place(_indices(rest & tf.logical_not(is_filler)),
                                        row_of, seg_of, fill, nseg)
 
-    # 3. Gaps: large ones take the largest fillers that fit, then runs of small ones, then the
+    # 4. Gaps: large ones take the largest fillers that fit, then runs of small ones, then the
     # rest is topped off.
     state = match_rounds(row_of, seg_of, fill, nseg, ascending(_indices(is_filler)))
     state = bulk_fill(*bulk_fill(*state))
     row_of, seg_of, fill, nseg, cand = match_rounds(*state)
 
-    # 4. The fillers left over, in arrival order, fill rows of their own.
+    # 5. The fillers left over, in arrival order, fill rows of their own.
     row_of, seg_of, fill, nseg = place(tf.sort(cand), row_of, seg_of, fill, nseg)
     rows = tf.size(fill)
-    # Rows in the order of their oldest example: rows of big examples and of leftover fillers
+    # 6. Rows in the order of their oldest example: rows of big examples and of leftover fillers
     # fall among the others where those examples arrived.
     key = tf.math.unsorted_segment_min(tf.range(num), row_of, rows)
     new_index = tf.math.invert_permutation(tf.argsort(key, stable=True))
