@@ -40,9 +40,9 @@ def _valid_utf8(line: tf.Tensor) -> tf.Tensor:
 
 # Full match iff the line passes every check: valid UTF-8, no NUL, and some character that is
 # not RE2 whitespace (``\\s`` = tab, newline, form feed, carriage return, space).
-_GOOD_LINE = ("[\\x{1}-\\x{D7FF}\\x{E000}-\\x{10FFFF}]*"
-              "[\\x{1}-\\x{8}\\x{B}\\x{E}-\\x{1F}\\x{21}-\\x{D7FF}\\x{E000}-\\x{10FFFF}]"
-              "[\\x{1}-\\x{D7FF}\\x{E000}-\\x{10FFFF}]*")
+_GOOD_LINE = (_VALID_NO_NUL
+              + "[\\x{1}-\\x{8}\\x{B}\\x{E}-\\x{1F}\\x{21}-\\x{D7FF}\\x{E000}-\\x{10FFFF}]"
+              + _VALID_NO_NUL)
 
 
 def line_checks(line: tf.Tensor, max_line_bytes: int | None) -> dict[str, tf.Tensor]:

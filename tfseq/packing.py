@@ -296,13 +296,14 @@ def _lay_out_rows(values, src, take, row, rows, block: int):
       tokens, segment ids, positions, resets, each ``[rows, block]``.
     """
     filled = tf.math.unsorted_segment_sum(take, row, rows)                 # [rows]
-    offset = _exclusive_cumsum(take) - tf.gather(_exclusive_cumsum(filled), row)
+    row_start = _exclusive_cumsum(filled)             # where each row's tokens begin in `flat`
+    offset = _exclusive_cumsum(take) - tf.gather(row_start, row)
     # The tokens in row-major order, then each cell reads its row's run of them.
     flat = tf.gather(values, tf.raw_ops.RaggedRange(starts=src, limits=src + take,
                                                     deltas=tf.ones_like(src))[1])
     column = tf.range(block)[None, :]
     real = column < filled[:, None]
-    index = tf.minimum(_exclusive_cumsum(filled)[:, None] + column,
+    index = tf.minimum(row_start[:, None] + column,
                        tf.maximum(tf.size(flat) - 1, 0))
     tokens = tf.where(real, tf.gather(flat, index), tf.zeros([], values.dtype))
     cell = (row * block + offset)[:, None]
@@ -377,14 +378,16 @@ class _Packer:
         # (each a fraction of a second of work) for it to ramp up.
         # Deterministic even if the options say otherwise: a split example continues in the
         # next batch.
-        pack_part = self._pack_part
-        if self.no_carry:
-            pack_part = self._plan_and_pack_part
-        elif len(self.seq_keys) == 1:  # "split": planned whole unless the part must split
-            def pack_part(is_last, lists):
-                fits = tf.reduce_all(_concat_list(lists[1], tf.int32, [-1, 1]) <= self.blocks[0])
-                return tf.cond(fits, lambda: self._plan_and_pack_part(is_last, lists),
-                               lambda: self._pack_part(is_last, lists))
+        def pack_part(is_last, lists):
+            arrays = self._part_arrays(lists)
+            if self.no_carry:
+                return self._plan_and_pack_part(is_last, arrays)
+            if len(self.seq_keys) == 1:  # "split": planned whole unless the part must split
+                return tf.cond(tf.reduce_all(arrays[1] <= self.blocks[0]),
+                               lambda: self._plan_and_pack_part(is_last, arrays),
+                               lambda: self._pack_part(is_last, arrays))
+            return self._pack_part(is_last, arrays)
+
         batches = parts.map(plain(pack_part), num_parallel_calls=_PART_PARALLELISM,
                             deterministic=True)
         return (batches.unbatch()
@@ -414,10 +417,11 @@ class _Packer:
         state = tf.cond(ready, self._empty_lists, lambda: (tokens, lists))
         return state, (ready, (is_last, lists))
 
-    def _pack_part(self, is_last, lists):
-        """One part -> its packed batches ``{key: [N, B, ...]}`` and rows ``[N]`` (0: skip)."""
+    def _pack_part(self, is_last, arrays):
+        """One part (``_part_arrays``) -> its packed batches ``{key: [N, B, ...]}`` and rows
+        ``[N]`` (0: skip), built batch by batch."""
         num = len(self.seq_keys)
-        values, lengths, scalars = self._part_arrays(lists)
+        values, lengths, scalars = arrays
         offsets = tf.concat([tf.zeros([1, num], tf.int32), tf.cumsum(lengths, axis=0)], 0)
         count = tf.shape(lengths)[0]
         num_chunks = tf.maximum((count + _CHUNK_SIZE - 1) // _CHUNK_SIZE, 1)
@@ -454,10 +458,10 @@ class _Packer:
                 _concat_list(length_list, tf.int32, [-1, len(self.seq_keys)]),
                 [_concat_list(a, d, [-1]) for a, d in zip(scalar_lists, self.scalar_dtypes)])
 
-    def _plan_and_pack_part(self, is_last, lists):
+    def _plan_and_pack_part(self, is_last, arrays):
         """``_pack_part`` for one feature and nothing split: the whole part is planned at once
         (``_pack_plan.plan_part``) and laid out as rows, cut into batches of B rows."""
-        values, lengths, scalars = self._part_arrays(lists)
+        values, lengths, scalars = arrays
         lengths = lengths[:, 0]
         block, b = self.blocks[0], self.batch_rows
         row_of, seg_of, rows, order = plan_part(lengths, block, self.segments)
