@@ -30,6 +30,7 @@ import json
 import os
 import sys
 import time
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -206,6 +207,9 @@ def format_report(report: dict) -> str:
 
 
 def main(argv):
+    # The first epoch's length is unknown to Keras (a tf.data pipeline of unknown cardinality),
+    # so it warns at the end of it that the input "ran out of data": that is the epoch's end.
+    warnings.filterwarnings("ignore", message="Your input ran out of data")
     import keras
     import tensorflow as tf
 
