@@ -15,6 +15,8 @@ Feeds of the same lines, each run for whole epochs, in real (non-pad) tokens per
   tfseq shuffle_lines   the same pipeline reading with ``text_lines(shuffle_lines=True)``
             (a global line shuffle) instead of shuffling files and line batches; with one
             shuffle shard the first pass reads the input, later passes permute the kept lines;
+            with several (``--shuffle_shard_mb`` below the input) the input is read and the
+            shards written to files when the feed is built ("build s"), each pass reads those;
   tfseq per-example   the same steps composed one example at a time (text_lines without
             batch_size): what the batched path saves;
   plain tf.data   the pipeline as users write it: TextLineDataset, per-line split, tokenize and
@@ -246,22 +248,29 @@ def main(argv):
         gen, output_signature=(tf.TensorSpec([None, None], tf.int32),
                                tf.TensorSpec([None], tf.int32))).prefetch(tf.data.AUTOTUNE)
 
-    feeds = {
-        "raw read+tokenize+lookup": graph_timer(*raw_feed(files, vocab, FLAGS.field)),
-        "tfseq full pipeline": graph_timer(*tfseq_feed(files, vocab, FLAGS.field)),
-        "tfseq full pipeline, pack": graph_timer(*pack_feed(files, vocab, FLAGS.field)),
-        "tfseq full pipeline, shuffle_lines": graph_timer(*tfseq_feed(
-            files, vocab, FLAGS.field, shuffle_lines=True)),
-        "tfseq per-example pipeline": graph_timer(*tfseq_feed(files, vocab, FLAGS.field,
-                                                              batched=False)),
-        "plain tf.data pipeline": graph_timer(*plain_tf_data_feed(files, vocab, FLAGS.field)),
-        "python generator feed": graph_timer(
+    builders = {
+        "raw read+tokenize+lookup": lambda: raw_feed(files, vocab, FLAGS.field),
+        "tfseq full pipeline": lambda: tfseq_feed(files, vocab, FLAGS.field),
+        "tfseq full pipeline, pack": lambda: pack_feed(files, vocab, FLAGS.field),
+        "tfseq full pipeline, shuffle_lines": lambda: tfseq_feed(
+            files, vocab, FLAGS.field, shuffle_lines=True),
+        "tfseq per-example pipeline": lambda: tfseq_feed(files, vocab, FLAGS.field,
+                                                         batched=False),
+        "plain tf.data pipeline": lambda: plain_tf_data_feed(files, vocab, FLAGS.field),
+        "python generator feed": lambda: (
             python_ds, lambda batch: tf.reduce_sum(tf.cast(batch[1], tf.int64))),
     }
     if FLAGS.feeds:
         always = ("raw read+tokenize+lookup", "tfseq full pipeline")
-        feeds = {name: run for name, run in feeds.items()
-                 if name in always or any(word in name for word in FLAGS.feeds)}
+        builders = {name: build for name, build in builders.items()
+                    if name in always or any(word in name for word in FLAGS.feeds)}
+    # Building a feed is timed apart: the line shuffle over several shards reads the input and
+    # writes its shards then.
+    feeds, build_seconds = {}, {}
+    for name, build in builders.items():
+        start = time.perf_counter()
+        feeds[name] = graph_timer(*build())
+        build_seconds[name] = time.perf_counter() - start
     # Round-robin repeats, best of each: a slow spell on the machine hits every feed alike.
     # Every pass is a new iterator over the same dataset, as every epoch of model.fit is.
     results, first = {}, {}
@@ -275,13 +284,15 @@ def main(argv):
     ref = results["tfseq full pipeline"]
     ref_rate = ref[0] / ref[1]
     rows = []
-    print(f"\n{'feed':28s} {'real tokens':>12s} {'seconds':>8s} {'tokens/s':>12s} {'tfseq / feed':>13s}")
+    print(f"\n{'feed':28s} {'real tokens':>12s} {'seconds':>8s} {'tokens/s':>12s} "
+          f"{'tfseq / feed':>13s} {'build s':>8s}")
     for name, (tokens, seconds) in results.items():
         rate = tokens / seconds
         rows.append({"feed": name, "real_tokens": tokens, "seconds": seconds,
-                     "first_pass_seconds": first[name],
+                     "first_pass_seconds": first[name], "build_seconds": build_seconds[name],
                      "tokens_per_second": rate, "tfseq_over_feed": ref_rate / rate})
-        print(f"{name:28s} {tokens:12,d} {seconds:8.2f} {rate:12,.0f} {ref_rate / rate:12.2f}x")
+        print(f"{name:28s} {tokens:12,d} {seconds:8.2f} {rate:12,.0f} {ref_rate / rate:12.2f}x "
+              f"{build_seconds[name]:8.2f}")
 
     def rate_of(name):
         tokens, seconds = results[name]

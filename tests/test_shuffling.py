@@ -81,12 +81,37 @@ def test_one_shard_is_read_in_the_first_epoch_only(tmp_path):
     expected = sorted(f"l{i}" for i in range(300))
     assert sorted(second) == expected and sorted(third) == expected
     assert len({tuple(first), tuple(second), tuple(third)}) == 3
-    several = tfseq.text_lines(numbered(tmp_path, name="b.txt"), batch_size=32,
-                               shuffle_lines=True, seed=5, **SMALL_SHARDS)
-    epoch(several)
-    os.remove(tmp_path / "b.txt")  # several shards: each epoch reads the input per shard
-    with pytest.raises(tf.errors.NotFoundError):
-        epoch(several)
+
+
+def test_several_shards_are_spilled_once_and_read_from_disk(tmp_path):
+    f = numbered(tmp_path, name="b.txt")
+    spill = tmp_path / "spill"
+    ds = tfseq.text_lines(f, batch_size=32, shuffle_lines=True, seed=5, shuffle_dir=str(spill),
+                          **SMALL_SHARDS)
+    os.remove(f)  # the input was read once, when the dataset was built
+    (directory,) = spill.iterdir()
+    assert sorted(p.name for p in directory.iterdir()) == [
+        f"shard-{k:05d}-of-00004.tfrecord" for k in range(4)]
+    epochs = [epoch(ds) for _ in range(3)]
+    expected = sorted(f"l{i}" for i in range(300))
+    assert all(sorted(e) == expected for e in epochs)
+    assert len({tuple(e) for e in epochs}) == 3
+
+
+def test_several_shards_built_in_a_graph_read_the_input_per_shard(tmp_path):
+    # Inside a tf.function nothing can be spilled: each epoch reads the input once per shard.
+    f = numbered(tmp_path)
+
+    @tf.function
+    def line_numbers():
+        ds = tfseq.text_lines(f, batch_size=32, shuffle_lines=True, seed=5, **SMALL_SHARDS)
+        ds = ds.map(lambda b: tf.strings.to_number(tf.strings.substr(b, 1, 9), tf.int64))
+        return ds.reduce((tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
+                         lambda acc, b: (acc[0] + tf.size(b, out_type=tf.int64),
+                                         acc[1] + tf.reduce_sum(b)))
+
+    count, total = line_numbers()
+    assert (int(count), int(total)) == (300, 299 * 300 // 2)
 
 
 def test_label_sorted_file_comes_out_mixed(tmp_path):

@@ -102,7 +102,8 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
                seed: int | None = None, num_parallel_reads: int | None = None,
                num_shards: int = 1, shard_index: int = 0, verify: bool = True,
                buffer_size: int = 1 << 20, batch_size: int | None = None,
-               shuffle_lines: bool = False, shuffle_shard_bytes: int = 64 << 20) -> tf.data.Dataset:
+               shuffle_lines: bool = False, shuffle_shard_bytes: int = 64 << 20,
+               shuffle_dir: str | None = None) -> tf.data.Dataset:
     """Dataset of the lines of every file matched by ``patterns``.
 
     Args:
@@ -130,12 +131,17 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
         file are mixed like a perfect shuffle. Each line belongs to one of K random shards; each
         epoch reads the shards in a random order, each permuted in memory. Memory: about
         ``2 * (mean line bytes + 32)`` bytes per line of one shard, a shard holding about
-        ``shuffle_shard_bytes`` of text; reading: K passes over the input per epoch (K = 1, up
-        to ``shuffle_shard_bytes``: one pass in the first epoch, the lines kept for the next).
+        ``shuffle_shard_bytes`` of text. Reading: with K = 1 (input up to
+        ``shuffle_shard_bytes``) one pass in the first epoch, the lines kept for the next; with
+        K > 1 one pass now, while this call writes each shard to a file (disk: the input's
+        text once, in ``shuffle_dir``), then one pass over those files per epoch.
         ``shuffle_files`` is implied. Without ``batch_size`` the shuffled lines are unbatched.
         See ``tfseq.shuffling``.
       shuffle_shard_bytes: text per shuffle shard (gzip files count 4x their size): the memory
         bound of ``shuffle_lines``.
+      shuffle_dir: where ``shuffle_lines`` writes its shards when K > 1 (a new directory in
+        it, removed when the process exits); default the system's temporary directory. Data
+        service workers must be able to read it.
 
     Returns:
       ``tf.data.Dataset`` of ``tf.string`` scalars: one line each, without ``\\n``/``\\r\\n``
@@ -167,7 +173,7 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
             patterns, compression=compression, seed=seed, num_parallel_reads=num_parallel_reads,
             num_shards=num_shards, shard_index=shard_index, verify=verify,
             buffer_size=buffer_size, batch_size=batch_size,
-            shuffle_shard_bytes=shuffle_shard_bytes)
+            shuffle_shard_bytes=shuffle_shard_bytes, shuffle_dir=shuffle_dir)
 
     files = resolve_files(patterns)
     shard_lines = num_shards > 1 and len(files) < num_shards
@@ -213,7 +219,7 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
 
 
 def _shuffled_lines(patterns, *, compression, seed, num_parallel_reads, num_shards, shard_index,
-                    verify, buffer_size, batch_size, shuffle_shard_bytes):
+                    verify, buffer_size, batch_size, shuffle_shard_bytes, shuffle_dir):
     """``text_lines(..., shuffle_lines=True)``: the unshuffled line batches, shard-shuffled."""
     from tfseq import shuffling
 
@@ -224,14 +230,14 @@ def _shuffled_lines(patterns, *, compression, seed, num_parallel_reads, num_shar
             if kind == "GZIP":
                 verify_gzip(path)
 
-    def make_batches():  # called once per shard per epoch, inside the graph
+    def make_batches():  # the unshuffled read batches, in the same order every call
         return text_lines(files, compression=compression, num_parallel_reads=num_parallel_reads,
                           num_shards=num_shards, shard_index=shard_index, verify=False,
                           buffer_size=buffer_size, batch_size=_SHUFFLE_READ_BATCH)
 
     k = shuffling.num_shuffle_shards(files, kinds, shuffle_shard_bytes)
     out = shuffling.shard_shuffle(make_batches, batch_size=batch_size or _SHUFFLE_READ_BATCH,
-                                  num_shards=k, seed=seed)
+                                  num_shards=k, seed=seed, spill_dir=shuffle_dir)
     return out if batch_size else out.unbatch()
 
 
