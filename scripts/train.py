@@ -379,10 +379,13 @@ def train_replicas(pipeline, model_module, config, strategy) -> None:
         model = model_module.build_model(config, info, model_config(model_module))
     if not FLAGS.data_service:
         from tfseq.replicated import train_resumable
-        report = train_resumable(FLAGS, pipeline, config, info, model, strategy,
-                                 format_report, _counter_vars)
-        # Not with several workers: saving mirrored variables there is collective (untested).
-        if FLAGS.export and report["workers"] == 1 and not report["interrupted"]:
+        report = train_resumable(
+            FLAGS, pipeline, config, info, model, strategy, format_report, _counter_vars,
+            eval_ds=eval_ds,
+            local_model_fn=lambda: model_module.build_model(config, info,
+                                                            model_config(model_module)))
+        # The chief exports (a single-device copy of the weights: no collective op).
+        if FLAGS.export and report["chief"] and not report["interrupted"]:
             from scripts.export import export_run
             export_run(FLAGS.model_dir, FLAGS.task, config, model, info)
         return None

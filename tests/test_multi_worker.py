@@ -168,6 +168,11 @@ def test_train_binary_two_workers_one_epoch(tmp_path):
             other["counters"]["train"]["seen"]["lines_read"]] == [150, 130]
     assert (run / "weights.weights.h5").exists()
     assert tf_checkpoint_exists(run / "ckpt") and tf_checkpoint_exists(run / "workers" / "1" / "ckpt")
+    # The chief evaluates and exports a single-device copy; the other worker does neither.
+    assert 0.0 <= chief["eval"]["accuracy"] <= 1.0 and np.isfinite(chief["eval"]["loss"])
+    assert "eval" not in other
+    assert (run / "export" / "saved_model.pb").exists()
+    assert not (run / "workers" / "1" / "export").exists()
 
 
 def tf_checkpoint_exists(directory):

@@ -28,8 +28,13 @@ def multi_worker_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
 
 
 def train_resumable(flags, pipeline, config, info, model, strategy, format_report,
-                    counter_vars) -> dict:
+                    counter_vars, *, eval_ds=None, local_model_fn=None) -> dict:
     """Trains ``model`` (built in ``strategy.scope()``) with a checkpointed iterator.
+
+    At the end of a finished run the chief evaluates: on one worker through the strategy; on
+    several, where an evaluation under the strategy would need every worker (its metric sums
+    are collective), a single-device copy of the model (``local_model_fn``) on the whole of
+    ``eval_ds``.
 
     Args:
       flags: train.py's absl FLAGS (``model_dir``, ``epochs``, ``checkpoint_every``,
@@ -40,6 +45,9 @@ def train_resumable(flags, pipeline, config, info, model, strategy, format_repor
       strategy: a single-worker strategy.
       format_report: ``fn(report) -> str``.
       counter_vars: ``fn(counters) -> {name: tf.Variable}`` saved with the checkpoint.
+      eval_ds: the single-device eval dataset (``pipeline.datasets``), for several workers.
+      local_model_fn: ``() -> keras.Model`` built outside any strategy scope and compiled as
+        ``model`` is, for several workers.
 
     Returns:
       The report written to ``model_dir/report.json``.
@@ -76,11 +84,16 @@ def train_resumable(flags, pipeline, config, info, model, strategy, format_repor
             json.dump(report, f, indent=2, default=str)
         return report
     model.save_weights(os.path.join(flags.model_dir, "weights.weights.h5"))
-    if not result.interrupted and trainer.num_workers == 1:
+    if not result.interrupted and num_workers == 1:
         eval_dist = strategy.distribute_datasets_from_function(
             pipeline.replica_dataset_fn(config, info, replicas, split="eval"))
         report["eval"] = {k: float(v) for k, v in
                           model.evaluate(eval_dist, verbose=0, return_dict=True).items()}
+    elif not result.interrupted and eval_ds is not None and local_model_fn is not None:
+        local = local_model_fn()
+        local.set_weights(model.get_weights())  # reads this worker's copy: no collective
+        report["eval"] = {k: float(v) for k, v in
+                          local.evaluate(eval_ds, verbose=0, return_dict=True).items()}
     with open(os.path.join(flags.model_dir, "report.json"), "w") as f:
         json.dump(report, f, indent=2, default=str)
     print(format_report(report))
