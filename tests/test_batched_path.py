@@ -229,6 +229,20 @@ def test_mark_last_flags_only_the_last_element_and_keeps_structure():
     assert to_list(mark_last(ds)) == [(False, x) for x in to_list(ds)[:1]] + [(True, to_list(ds)[1])]
 
 
+def test_lazy_cond_keeps_its_branches_as_functions_and_computes_tf_cond():
+    from tfseq._common import lazy_cond
+
+    def f(x):
+        return lazy_cond(x > 2, lambda: x * 10, lambda: x - 1)
+
+    graph = tf.function(f).get_concrete_function(tf.TensorSpec([], tf.int64)).graph
+    (op,) = [o for o in graph.get_operations() if o.type in ("If", "StatelessIf")]
+    assert op.get_attr("_lower_using_switch_merge") is False
+    # In a dataset map (where it is used), eagerly, and both branches.
+    assert to_list(tf.data.Dataset.range(5).map(f)) == [-1, 0, 1, 30, 40]
+    assert [int(f(tf.constant(v, tf.int64))) for v in (1, 3)] == [0, 30]
+
+
 @pytest.mark.parametrize("transform", ["bucket", "pack"])
 def test_through_the_data_service_every_workers_tail_is_flushed(tmp_path, transform):
     # Two workers, four files read in batches: each worker's stream ends with a part-filled

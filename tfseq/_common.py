@@ -156,6 +156,28 @@ def pipeline_options() -> tf.data.Options:
 
 
 
+def lazy_cond(pred: tf.Tensor, true_fn: Callable, false_fn: Callable):
+    """``tf.cond`` whose branches stay functions, each instantiated the first time it runs.
+
+    Inside a graph ``tf.cond`` is lowered: both branches are inlined into the caller. tf.data
+    instantiates and optimizes every function of a pipeline again for each new iterator (each
+    epoch of ``model.fit``), at about 0.2 ms per node, so a large branch that rarely runs costs
+    that every epoch. Kept as a functional ``If`` op, a branch that never runs is never
+    instantiated. Use it for large, rarely taken branches: each call of an unlowered ``If``
+    costs a function call. Outside a graph it is ``tf.cond``.
+    """
+    graph = tf.compat.v1.get_default_graph()
+    if tf.executing_eagerly():
+        return tf.cond(pred, true_fn, false_fn)
+    known = {op.name for op in graph.get_operations()}
+    out = tf.cond(pred, true_fn, false_fn)
+    for op in graph.get_operations():
+        if op.name not in known and op.type in ("If", "StatelessIf"):
+            # The attribute cond_v2 sets to true; false keeps the op functional.
+            op._set_attr("_lower_using_switch_merge", tf.compat.v1.AttrValue(b=False))
+    return out
+
+
 def mark_last(dataset: tf.data.Dataset) -> tf.data.Dataset:
     """Pairs every element with whether it is the last one: ``x -> (is_last, x)``.
 

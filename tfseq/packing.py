@@ -79,8 +79,8 @@ from typing import Iterable, Mapping
 import numpy as np
 import tensorflow as tf
 
-from tfseq._common import (Transform, check_positive_int, example_keys, mark_last,
-                           require_dict_spec)
+from tfseq._common import (Transform, check_positive_int, example_keys, lazy_cond,
+                           mark_last, require_dict_spec)
 from tfseq._pack_plan import plan_part
 from tfseq.stats import resolve_counter
 
@@ -383,7 +383,9 @@ class _Packer:
             if self.no_carry:
                 return self._plan_and_pack_part(is_last, arrays)
             if len(self.seq_keys) == 1:  # "split": planned whole unless the part must split
-                return tf.cond(tf.reduce_all(arrays[1] <= self.blocks[0]),
+                # lazy_cond: the batch-by-batch builds are instantiated only if a part needs
+                # them, not for every new iterator.
+                return lazy_cond(tf.reduce_all(arrays[1] <= self.blocks[0]),
                                lambda: self._plan_and_pack_part(is_last, arrays),
                                lambda: self._pack_part(is_last, arrays))
             return self._pack_part(is_last, arrays)
