@@ -157,18 +157,21 @@ def pipeline_options() -> tf.data.Options:
 
 
 def lazy_cond(pred: tf.Tensor, true_fn: Callable, false_fn: Callable):
-    """``tf.cond`` whose branches stay functions, each instantiated the first time it runs.
+    """``tf.cond`` whose branches stay functions of their own instead of being inlined.
 
     Inside a graph ``tf.cond`` is lowered: both branches are inlined into the caller. tf.data
-    instantiates and optimizes every function of a pipeline again for each new iterator (each
-    epoch of ``model.fit``), at about 0.2 ms per node, so a large branch that rarely runs costs
-    that every epoch. Kept as a functional ``If`` op, a branch that never runs is never
-    instantiated. Use it for large, rarely taken branches: each call of an unlowered ``If``
-    costs a function call. Outside a graph it is ``tf.cond``.
+    instantiates every function of a pipeline again for each new iterator (each epoch of
+    ``model.fit``) and runs Grappler over it, at about 0.2 ms per node, so a large branch costs
+    that every epoch even if it rarely runs. Kept as a functional ``If`` op, the branches are
+    left out of that pass and instantiated as plain functions when the ``If`` first runs
+    (measured on ``pack``'s split path: a new iterator in 0.58 s instead of 0.84 s). Use it for
+    large branches of functions that run a few times per pass: each call of an ``If`` costs a
+    function call (~12 us), and its branches are not optimized with the caller. Outside a
+    graph it is ``tf.cond``.
     """
-    graph = tf.compat.v1.get_default_graph()
     if tf.executing_eagerly():
         return tf.cond(pred, true_fn, false_fn)
+    graph = tf.compat.v1.get_default_graph()
     known = {op.name for op in graph.get_operations()}
     out = tf.cond(pred, true_fn, false_fn)
     for op in graph.get_operations():

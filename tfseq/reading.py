@@ -140,8 +140,9 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
       shuffle_shard_bytes: text per shuffle shard (gzip files count 4x their size): the memory
         bound of ``shuffle_lines``.
       shuffle_dir: where ``shuffle_lines`` writes its shards when K > 1 (a new directory in
-        it, removed when the process exits); default the system's temporary directory. Data
-        service workers must be able to read it.
+        it, removed when the process exits); default the system's temporary directory
+        (``TMPDIR``), which should be on disk, not in memory. Data service workers must be
+        able to read it.
 
     Returns:
       ``tf.data.Dataset`` of ``tf.string`` scalars: one line each, without ``\\n``/``\\r\\n``
