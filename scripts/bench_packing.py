@@ -22,6 +22,7 @@ steps; the two schemes' steps interleaved). One JSON file holds everything.
 Usage:
   python scripts/bench_packing.py --json_out=bench_out/packing.json
   python scripts/bench_packing.py --corpora=kjv --train_steps=0
+  python scripts/bench_packing.py --files='data/*.txt.gz' --field=-1   # your own text
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("corpora", ["kjv", "zipf"],
                   "kjv: the embedded corpus (4th TSV field, whitespace tokens); zipf: synthetic "
                   "power-law lengths (8 * Pareto(1.2)); lognormal: median 20, sigma 1.2.")
+flags.DEFINE_list("files", [], "Your own text files or globs (gzip if they end in .gz), one "
+                  "example per line: a corpus of their own, run instead of --corpora unless "
+                  "--corpora is given too.")
+flags.DEFINE_integer("field", -1, "0-based tab-separated field of --files holding the text; -1 "
+                     "for the whole line.")
 flags.DEFINE_integer("synthetic_size", 20000, "Examples in a synthetic corpus.")
 flags.DEFINE_integer("max_tokens", 8192, "Budget: rows x padded length per batch.")
 flags.DEFINE_integer("block_length", 512, "Row length for packing; also the max length kept.")
@@ -59,16 +65,26 @@ HASH_BUCKETS = 30000
 TRAIN_VOCAB = 1024
 
 
-def kjv_corpus() -> tf.data.Dataset:
-    """The embedded corpus as ``{"ids": int32 [(T)]}``: whitespace tokens hashed to ids >= 1."""
-    lines = tf.data.TextLineDataset(tfseq.corpus_path("kjv_en"), compression_type="GZIP")
+def text_corpus(files, field: int) -> tf.data.Dataset:
+    """Text lines as ``{"ids": int32 [(T)]}``: the whitespace tokens of tab-separated
+    ``field`` (-1: the whole line; a missing field is empty) hashed to ids >= 1."""
+    lines = tfseq.text_lines(files)
 
     def to_example(line):
-        tokens = tf.strings.split(tf.strings.split(line, "\t")[3])
+        text = line
+        if field >= 0:
+            fields = tf.strings.split(line, "\t")
+            text = tf.concat([fields, tf.fill([field + 1], "")], 0)[field]
+        tokens = tf.strings.split(text)
         return {"ids": tf.cast(tf.strings.to_hash_bucket_fast(tokens, HASH_BUCKETS) + 1,
                                tf.int32)}
 
     return lines.map(to_example, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def kjv_corpus() -> tf.data.Dataset:
+    """The embedded corpus (its 4th TSV field) as ``text_corpus``."""
+    return text_corpus(tfseq.corpus_path("kjv_en"), 3)
 
 
 def synthetic_corpus(kind: str, size: int, seed: int) -> tf.data.Dataset:
@@ -303,7 +319,14 @@ def main(argv):
     del argv
     setting = Setting(FLAGS.max_tokens, FLAGS.block_length, FLAGS.seed, FLAGS.window)
     results = []
-    for name in FLAGS.corpora:
+    if FLAGS.files:
+        files = tfseq.reading.resolve_files(FLAGS.files)
+        name = ", ".join(os.path.basename(f) for f in files[:3]) + (
+            f" and {len(files) - 3} more" if len(files) > 3 else "")
+        results.append(run_corpus(f"{name} (field {FLAGS.field})",
+                                  text_corpus(files, FLAGS.field), setting))
+        print_table(results[-1], setting)
+    for name in FLAGS.corpora if FLAGS["corpora"].present or not FLAGS.files else []:
         if name == "kjv":
             examples = kjv_corpus()
         elif name in ("zipf", "lognormal"):
