@@ -6,7 +6,7 @@ Usage:
 
 A synthetic single file of ``--lines`` lines in 15 labels, sorted by label, lengths varied
 (geometric, mean depending mildly on the label). Composition (the README tour):
-``text_lines(batch_size=512[, shuffle_lines=True, seed=0])`` -> ``tokenize`` -> one of
+``text_lines(batch_size=1024[, shuffle_lines=True, seed=0])`` -> ``tokenize`` -> one of
 ``bucket_by_length(max_tokens)``, ``pack(block_length, max_tokens)``, ``pad_batch(64)``.
 
 Mixing ratio: the mean total-variation distance between each batch's label histogram and the
@@ -34,7 +34,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_integer("lines", 50_000, "Lines in the synthetic file.")
 flags.DEFINE_integer("labels", 15, "Labels (the file is sorted by label).")
 flags.DEFINE_integer("max_tokens", 4096, "Token budget per batch (bucket, pack).")
-flags.DEFINE_integer("read_batch", 512, "text_lines batch_size.")
+flags.DEFINE_integer("read_batch", 1024, "text_lines batch_size.")
 flags.DEFINE_integer("repeats", 2, "Timed epochs per feed (the best is reported).")
 flags.DEFINE_list("schemes", ["bucket", "pack", "pad"], "Batching schemes.")
 flags.DEFINE_integer("shuffle_shard_bytes", 64 << 20, "text_lines shuffle_shard_bytes (K = "

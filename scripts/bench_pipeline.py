@@ -7,7 +7,7 @@ Usage:
 
 Feeds of the same lines, each run for whole epochs, in real (non-pad) tokens per second:
   raw       read + tokenize + vocab lookup alone, vectorized, consumed in the graph (the limit);
-  tfseq     the full pipeline on batched lines: read (files shuffled, 512-line batches), line
+  tfseq     the full pipeline on batched lines: read (files shuffled, 1024-line batches), line
             batches shuffled, clean (counted drops), tokenize, bucket by length under a token
             budget (length cap counted, seeded shuffle), prefetch. No tf.data call per line;
   tfseq pack   the same pipeline with ``pack(max_length, max_tokens=...)`` instead of
@@ -57,7 +57,7 @@ flags.DEFINE_integer("copies", 16, "Read each file this many times (as that many
 flags.DEFINE_integer("epochs", 1, "Epochs per timed pass (repeat).")
 flags.DEFINE_boolean("map_fusion", True, "tfseq.pipeline_options() (map fusion) on every "
                      "graph feed.")
-flags.DEFINE_integer("read_batch", 512, "Lines per batch on the batched path.")
+flags.DEFINE_integer("read_batch", 1024, "Lines per batch on the batched path.")
 flags.DEFINE_integer("shuffle_batches", 64, "Shuffle buffer, in line batches (x read_batch "
                      "examples on the per-example path).")
 flags.DEFINE_integer("shuffle_shard_mb", 256, "shuffle_shard_bytes of the shuffle_lines feed, "

@@ -42,7 +42,7 @@ flags.DEFINE_integer("max_length", 512, "Length cap (longer examples are dropped
 flags.DEFINE_integer("block_length", 512, "Row length for --batching=pack.")
 flags.DEFINE_integer("shuffle_buffer", 32768, "Shuffle buffer, in examples (whole line "
                      "batches on the batched path).")
-flags.DEFINE_integer("read_batch", 512, "Lines per batch read and carried through the "
+flags.DEFINE_integer("read_batch", 1024, "Lines per batch read and carried through the "
                      "vectorized stages into batching; 0: one example at a time.")
 flags.DEFINE_integer("num_splits", 1, "Replicas for the split stage (1: no split stage).")
 flags.DEFINE_integer("max_lines", 0, "Read only the first N lines (0: all).")
@@ -95,10 +95,10 @@ def stages(files, vocab, counter):
             from tfseq import formats
 
             fmt = user_format(files)
-            ds = formats.read_rows(files, fmt, counter, batch_size=FLAGS.read_batch or 512)
+            ds = formats.read_rows(files, fmt, counter, batch_size=FLAGS.read_batch or 1024)
             ds = ds.map(lambda row: row["text"])
             if FLAGS.max_lines:
-                ds = ds.unbatch().take(FLAGS.max_lines).batch(FLAGS.read_batch or 512)
+                ds = ds.unbatch().take(FLAGS.max_lines).batch(FLAGS.read_batch or 1024)
             return ds if batched else ds.unbatch()
         if not batched:
             return tfseq.text_lines(files).take(FLAGS.max_lines or -1)

@@ -96,3 +96,44 @@ def test_tokenize_errors():
         tf.data.Dataset.from_tensor_slices({"line": ["a"]}).apply(tfseq.tokenize(VOCAB, key="text"))
     with pytest.raises(ValueError, match="wordpiece"):
         tfseq.text.get_tokenizer("wordpiece")
+
+
+# Unicode's White_Space characters: what the whitespace tokenizer splits on.
+WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + (
+    "\u2028\u2029\u202f\u205f\u3000")
+
+
+def test_whitespace_tokenizer_splits_on_every_unicode_space_without_broken_tokens():
+    import tensorflow_text as tf_text
+
+    # tensorflow-text's own tokenizer leaves part of a multi-byte space in the token before it.
+    assert tf_text.WhitespaceTokenizer().tokenize(tf.constant(["a\u00a0b"])).to_list() == [
+        [b"a\xc2", b"b"]]
+    tok = tfseq.text.get_tokenizer()
+    texts = [f"a{c}b{c}{c}c{c}" for c in WHITE_SPACE] + [
+        "in the  beginning", "", "   ", "caf\u00e9 na\u00efve\u00a0\u3000x", "\u200bzero\u200bwidth"]
+    expected = [[b"a", b"b", b"c"]] * len(WHITE_SPACE) + [
+        [b"in", b"the", b"beginning"], [], [], ["caf\u00e9".encode(), "na\u00efve".encode(), b"x"],
+        ["\u200bzero\u200bwidth".encode()]]  # U+200B is not White_Space
+    assert tok.tokenize(tf.constant(texts)).to_list() == expected
+    # Invalid UTF-8 passes through as the kernel splits it.
+    assert tok.tokenize(tf.constant([b"bad\xff bytes\xc2"])).to_list() == [[b"bad\xff", b"bytes\xc2"]]
+    # Scalars, [B, N] and ragged input give the same tokens.
+    assert tok.tokenize(tf.constant("a\u3000b")).numpy().tolist() == [b"a", b"b"]
+    assert tok.tokenize(tf.constant([["a\u00a0b"], ["c"]])).to_list() == [[[b"a", b"b"]], [[b"c"]]]
+    assert tok.tokenize(tf.ragged.constant([["a\u2003b", "c"], []])).to_list() == [
+        [[b"a", b"b"], [b"c"]], []]
+    # Through tokenize(vocab): ids of the clean tokens.
+    vocab = tfseq.Vocab(["<pad>", "<unk>", "<s>", "</s>", "a", "b"])
+    ids = lines("a\u00a0b", "b\u3000a").apply(tfseq.tokenize(vocab))
+    assert to_list(ids) == [{"ids": [4, 5]}, {"ids": [5, 4]}]
+
+
+def test_whitespace_tokenizer_graph_has_no_assertions():
+    # On [B] lines the kernel is called directly: no ragged-validation If / Assert ops, which
+    # would run on every batch.
+    graph = tf.function(tfseq.text.get_tokenizer().tokenize).get_concrete_function(
+        tf.TensorSpec([None], tf.string)).graph
+    types = {op.type for op in graph.get_operations()}
+    assert "TFText>WhitespaceTokenizeWithOffsetsV2" in types
+    assert not types & {"If", "StatelessIf", "Assert"}
