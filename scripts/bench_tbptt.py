@@ -79,7 +79,8 @@ def config_for(variant: str, files: list[str], vocab_path: str | None, text_fiel
 
     mode, chunked, carry = VARIANTS[variant]
     return lm_tbptt.Config(
-        files=tuple(files), text_field=text_field, vocab_path=vocab_path, max_vocab=FLAGS.max_vocab, mode=mode,
+        files=tuple(files), text_field=text_field, vocab_path=vocab_path,
+        max_vocab=FLAGS.max_vocab, mode=mode,
         tbptt=FLAGS.chunk_length if chunked else None, carry_state=carry,
         batch_size=FLAGS.batch_size, eval_chunk_length=FLAGS.chunk_length,
         max_train_tokens=FLAGS.train_tokens, seed=FLAGS.seed)
@@ -215,8 +216,8 @@ def main(argv):
                   flush=True)
     print(format_table(rows))
     report = {"command": sys.argv, "flags": {n: FLAGS[n].value for n in (
-        "datasets", "files", "field", "variants", "train_tokens", "eval_tokens", "chunk_length", "batch_size",
-        "max_vocab", "embedding_dim", "units", "learning_rate", "seed")},
+        "datasets", "files", "field", "variants", "train_tokens", "eval_tokens", "chunk_length",
+        "batch_size", "max_vocab", "embedding_dim", "units", "learning_rate", "seed")},
         "results": rows, "total_seconds": time.perf_counter() - started}
     if FLAGS.json_out:
         os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)

@@ -111,13 +111,15 @@ def test_whitespace_tokenizer_splits_on_every_unicode_space_without_broken_token
         [b"a\xc2", b"b"]]
     tok = tfseq.text.get_tokenizer()
     texts = [f"a{c}b{c}{c}c{c}" for c in WHITE_SPACE] + [
-        "in the  beginning", "", "   ", "caf\u00e9 na\u00efve\u00a0\u3000x", "\u200bzero\u200bwidth"]
+        "in the  beginning", "", "   ", "caf\u00e9 na\u00efve\u00a0\u3000x",
+        "\u200bzero\u200bwidth"]
     expected = [[b"a", b"b", b"c"]] * len(WHITE_SPACE) + [
         [b"in", b"the", b"beginning"], [], [], ["caf\u00e9".encode(), "na\u00efve".encode(), b"x"],
         ["\u200bzero\u200bwidth".encode()]]  # U+200B is not White_Space
     assert tok.tokenize(tf.constant(texts)).to_list() == expected
     # Invalid UTF-8 passes through as the kernel splits it.
-    assert tok.tokenize(tf.constant([b"bad\xff bytes\xc2"])).to_list() == [[b"bad\xff", b"bytes\xc2"]]
+    assert tok.tokenize(tf.constant([b"bad\xff bytes\xc2"])).to_list() == [
+        [b"bad\xff", b"bytes\xc2"]]
     # Scalars, [B, N] and ragged input give the same tokens.
     assert tok.tokenize(tf.constant("a\u3000b")).numpy().tolist() == [b"a", b"b"]
     assert tok.tokenize(tf.constant([["a\u00a0b"], ["c"]])).to_list() == [[[b"a", b"b"]], [[b"c"]]]
