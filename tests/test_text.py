@@ -139,3 +139,12 @@ def test_whitespace_tokenizer_graph_has_no_assertions():
     types = {op.type for op in graph.get_operations()}
     assert "TFText>WhitespaceTokenizeWithOffsetsV2" in types
     assert not types & {"If", "StatelessIf", "Assert"}
+
+
+def test_learn_splits_words_where_the_tokenizer_does():
+    text = "a\u00a0b\x1cc\u3000d\te  f\u200bg"
+    # U+001C stays inside a word (str.split() would split there); U+200B is not a space.
+    assert tfseq.text.split_words(text) == ["a", "b\x1cc", "d", "e", "f\u200bg"]
+    tokens = tfseq.text.get_tokenizer().tokenize(tf.constant([text])).to_list()[0]
+    assert [t.decode() for t in tokens] == tfseq.text.split_words(text)
+    assert tfseq.text.split_words(" ".join(WHITE_SPACE)) == []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -173,7 +174,7 @@ class Vocab:
 
         counts: collections.Counter = collections.Counter()
         for line in sample():
-            counts.update(line.split())
+            counts.update(split_words(line))
         if not counts:
             raise ValueError("Vocab.learn: no words in the sample to learn a vocabulary from")
         options.setdefault("lower_thresh", 1)
@@ -303,6 +304,18 @@ def _sentencepiece_vocab(model: bytes, where: str) -> Vocab:
 # kernel splits on besides ASCII \t \n \v \f \r and space (found by trying every code point).
 _MULTIBYTE_SPACE = ("\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
                     "\\x{205F}\\x{3000}")
+
+
+# The same set for Python strings: Unicode White_Space (str.split() also splits at
+# U+001C-U+001F, which the tokenizer keeps inside words).
+_WHITE_SPACE_RUN = re.compile("[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029"
+                              "\u202f\u205f\u3000]+")
+
+
+def split_words(line: str) -> list[str]:
+    """A Python ``str`` -> its words, split where the whitespace tokenizer splits (Unicode
+    White_Space); what ``Vocab.learn`` counts for a wordpiece vocabulary."""
+    return [w for w in _WHITE_SPACE_RUN.split(line) if w]
 
 
 def ascii_spaces(strings: tf.Tensor) -> tf.Tensor:
