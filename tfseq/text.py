@@ -300,16 +300,19 @@ def _sentencepiece_vocab(model: bytes, where: str) -> Vocab:
                          "eos_id=3 and pieces <pad> <unk> <s> </s>)") from None
 
 
-# The multi-byte characters of Unicode's White_Space set: the ones the whitespace tokenizer's
-# kernel splits on besides ASCII \t \n \v \f \r and space (found by trying every code point).
-_MULTIBYTE_SPACE = ("\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
-                    "\\x{205F}\\x{3000}")
-
-
-# The same set for Python strings: Unicode White_Space (str.split() also splits at
-# U+001C-U+001F, which the tokenizer keeps inside words).
-_WHITE_SPACE_RUN = re.compile("[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029"
-                              "\u202f\u205f\u3000]+")
+# Unicode's White_Space set, as (first, last) code point ranges: what the whitespace
+# tokenizer's kernel splits on (found by trying every code point). One source for the graph
+# (RE2) pattern of its multi-byte members and the Python pattern of the whole set.
+_WHITE_SPACE_RANGES = ((0x09, 0x0D), (0x20, 0x20), (0x85, 0x85), (0xA0, 0xA0), (0x1680, 0x1680),
+                       (0x2000, 0x200A), (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F),
+                       (0x3000, 0x3000))
+_MULTIBYTE_SPACE = "".join(
+    f"\\x{{{a:X}}}" + (f"-\\x{{{b:X}}}" if b > a else "") for a, b in _WHITE_SPACE_RANGES
+    if a >= 0x80)
+# str.split() would also split at U+001C-U+001F, which the tokenizer keeps inside words.
+_WHITE_SPACE_RUN = re.compile("[" + "".join(
+    re.escape(chr(a)) + (f"-{re.escape(chr(b))}" if b > a else "")
+    for a, b in _WHITE_SPACE_RANGES) + "]+")
 
 
 def split_words(line: str) -> list[str]:
