@@ -57,7 +57,9 @@ class Config:
     batching: str = "bucket"
     batch_size: int = 64                   # for batching="pad"
     max_tokens: int = 2048                 # budget for "bucket" / "pack"
-    block_length: int = 128                # for batching="pack"
+    # Row lengths for batching="pack": each verse goes into the shortest rows that hold it
+    # (tfseq.pack), so a recurrent model steps through 32 tokens, not 128, for most batches.
+    block_length: int | tuple[int, ...] = (32, 64, 128)
     max_segments: int = 32                 # verses per packed row (the label table's width)
     eval_percent: int = 10
     shuffle_buffer: int = 20000

@@ -56,7 +56,10 @@ class Config:
     # epoch and trailed it; with 1024 both end below pad:32's held-out loss and bucket reaches
     # it in 0.46x its CPU time (scripts/bench_convergence.py, README "Time to accuracy").
     max_tokens: int = 1024
-    block_length: int = 128                # row length for batching="pack"
+    # Row lengths for batching="pack": each example goes into the shortest rows that hold it
+    # (tfseq.pack), so the recurrent model steps through 32 tokens, not 128, for most batches.
+    # One int: rows of that length, longer examples split across batches.
+    block_length: int | tuple[int, ...] = (32, 64, 128)
     eval_percent: int = 5
     shuffle_buffer: int = 10000
     seed: int = 0
@@ -130,11 +133,17 @@ def datasets(config: Config = Config(), counters: dict | None = None):
       (``{"train": DropCounter, "eval": DropCounter}``) and ``stats`` (``BatchStats`` per split).
 
     Raises:
-      ValueError: unknown ``config.batching``.
+      ValueError: unknown ``config.batching``, or several ``block_length`` whose longest is
+        shorter than an example may be (``max_length + 2``).
     """
     if config.batching not in BATCHING_MODES:
         raise ValueError(f"Unknown batching {config.batching!r} for the lm task; expected one "
                          f"of {BATCHING_MODES}")
+    if (config.batching == "pack" and not isinstance(config.block_length, int)
+            and max(config.block_length) < config.max_length + 2):
+        raise ValueError(f"block_length={config.block_length}: the longest row is shorter than "
+                         f"an example may be (max_length + 2 = {config.max_length + 2} tokens "
+                         "with <s> and </s>); add a longer row or give one int (split rows)")
     counters = counters or {"train": tfseq.DropCounter("train"), "eval": tfseq.DropCounter("eval")}
     vocab = build_vocab(config)
     stats = {"train": tfseq.BatchStats(), "eval": tfseq.BatchStats()}
@@ -165,7 +174,9 @@ def datasets(config: Config = Config(), counters: dict | None = None):
                 ds = tfseq.unbatch(ds).shuffle(
                     config.shuffle_buffer, seed=config.seed, reshuffle_each_iteration=True
                 ).ragged_batch(verses.READ_BATCH)
+            several = not isinstance(config.block_length, int)
             ds = ds.apply(tfseq.pack(config.block_length, max_tokens=config.max_tokens,
+                                     long_examples="truncate" if several else "split",
                                      seed=config.seed if training else None, counter=counter))
             out[split] = (ds.apply(stats[split].track(["ids"])).map(packed_to_model)
                           .prefetch(tf.data.AUTOTUNE))

@@ -287,12 +287,15 @@ def datasets(config: Config = Config(), counters: dict | None = None):
       ``reread_each_epoch`` (training pairs are read, shuffled, every epoch).
 
     Raises:
-      ValueError: unknown ``config.batching``, or a ``block_length`` shorter than an example
-        may be (``max_length + 2``).
+      ValueError: unknown ``config.batching``, or a ``block_length`` that is not one int or
+        is shorter than an example may be (``max_length + 2``).
     """
     if config.batching not in BATCHING_MODES:
         raise ValueError(f"Unknown batching {config.batching!r} for the translate task; "
                          f"expected one of {BATCHING_MODES}")
+    if config.batching == "pack" and not isinstance(config.block_length, int):
+        raise ValueError(f"block_length={config.block_length!r}: translate packs source and "
+                         "target rows together, of one length (give one int)")
     if config.batching == "pack" and config.block_length < config.max_length + 2:
         raise ValueError(f"block_length={config.block_length} is shorter than the longest pair "
                          f"(max_length + 2 = {config.max_length + 2} tokens with <s> and </s>)")

@@ -64,7 +64,9 @@ flags.DEFINE_enum("batching", None, ["pad", "bucket", "pack"], "Batching mode (t
 flags.DEFINE_integer("batch_size", None, "Examples per batch for --batching=pad.")
 flags.DEFINE_integer("max_tokens", None, "Token budget (rows x padded length) per batch.")
 flags.DEFINE_integer("max_length", None, "Tokens per example (see --long_examples).")
-flags.DEFINE_integer("block_length", None, "Row length for --batching=pack.")
+flags.DEFINE_list("block_length", None, "Row length for --batching=pack, or several (e.g. "
+                  "32,64,128): each example goes into the shortest rows that hold it, and each "
+                  "batch has rows of one length (task default: 32,64,128; translate: 64).")
 flags.DEFINE_list("boundaries", None, "Bucket boundaries for --batching=bucket.")
 flags.DEFINE_float("learning_rate", None, "Adam learning rate (default: the model's, 0.003). "
                    "A bucket or pack step carries several times the tokens of a padded one: "
@@ -130,6 +132,8 @@ def build_config(pipeline):
             value = tuple(value)
         if flag_name == "boundaries":
             value = tuple(int(b) for b in value)
+        if flag_name == "block_length":
+            value = parse_block_length(value)
         values[field] = value
     config = dataclasses.replace(pipeline.Config(), **values)
     batching = getattr(config, "batching", "pad")
@@ -145,6 +149,24 @@ def build_config(pipeline):
                              "--batching=pad (use --batch_size)")
     check_no_effect(config)
     return config
+
+
+def parse_block_length(values):
+    """``--block_length`` strings -> one int, or a tuple of ascending ints.
+
+    Raises:
+      app.UsageError: a value that is not a positive int.
+    """
+    lengths = []
+    for text in values:
+        try:
+            lengths.append(int(text))
+        except ValueError:
+            lengths.append(0)
+        if lengths[-1] <= 0:
+            raise app.UsageError(f"--block_length takes positive ints; received {text!r}")
+    lengths = sorted(set(lengths))
+    return lengths[0] if len(lengths) == 1 else tuple(lengths)
 
 
 def check_no_effect(config) -> None:

@@ -285,3 +285,66 @@ def plan_part(lengths: tf.Tensor, block: int, segments: int
     segment = tf.range(num) - _search(sorted_rows, sorted_rows, "left") + 1
     seg_of = tf.scatter_nd(tf.expand_dims(order, 1), segment, tf.shape(lengths))
     return row_of, seg_of, rows, order
+
+
+def _rows_in_order(items: tf.Tensor, row_of: tf.Tensor, rows: tf.Tensor
+                   ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Step 6 for the examples ``items`` (ascending, arrival order) placed in ``rows`` rows
+    (``row_of`` ``[n]``, theirs): rows renumbered in the order of their oldest example,
+    segments in arrival order. Returns ``row_of, seg_of, order`` over ``items``' positions."""
+    n = tf.size(items)
+    key = tf.math.unsorted_segment_min(tf.range(n), row_of, rows)
+    row_of = tf.gather(tf.math.invert_permutation(tf.argsort(key, stable=True)), row_of)
+    order = tf.argsort(tf.cast(row_of, tf.int64) * tf.cast(n, tf.int64)
+                       + tf.range(n, dtype=tf.int64))
+    sorted_rows = tf.gather(row_of, order)
+    segment = tf.range(n) - _search(sorted_rows, sorted_rows, "left") + 1
+    seg_of = tf.scatter_nd(tf.expand_dims(order, 1), segment, tf.shape(row_of))
+    return row_of, seg_of, order
+
+
+def plan_widths(lengths: tf.Tensor, widths, segments: int) -> list:
+    """Rows of several lengths for a part: each example in rows of the shortest length that
+    holds it, or in the gap of a longer row.
+
+    From the longest row length down: the examples that need it (longer than the next
+    length) fill rows next-fit, and their gaps take the largest shorter examples that fit
+    (step 4 of ``plan_part``); whatever is left goes on to the shorter lengths, and the
+    shortest is planned by ``plan_part``.
+
+    Args:
+      lengths: int32 ``[P]``, each in ``[1, widths[-1]]``, in arrival order.
+      widths: ascending Python ints, the row lengths.
+      segments: most examples per row.
+
+    Returns:
+      One ``(items, row_of, seg_of, rows, order)`` per row length: int32 ``[n]`` the
+      examples (ascending), their row and 1-based segment, the number of rows, and the
+      examples' positions in ``items`` in row-major order (as ``plan_part``).
+    """
+    num = tf.size(lengths)
+    left = tf.fill([num], True)
+    plans = []
+    for k in range(len(widths) - 1, 0, -1):
+        block = widths[k]
+        owners = _indices(left & (lengths > widths[k - 1]))
+        row_of = tf.fill([num], -1)
+        seg_of = tf.zeros([num], tf.int32)
+        empty = tf.zeros([0], tf.int32)
+        row_of, seg_of, fill, nseg = _place(lengths, block, segments, owners, row_of, seg_of,
+                                            empty, empty)
+        others = _indices(left & (lengths <= widths[k - 1]))
+        cand = tf.gather(others, tf.argsort(tf.gather(lengths, others), stable=True))
+        state = _match_rounds(lengths, block, segments, row_of, seg_of, fill, nseg, cand)
+        state = _bulk_fill(lengths, block, segments, *_bulk_fill(lengths, block, segments, *state))
+        row_of = _match_rounds(lengths, block, segments, *state)[0]
+        placed = row_of >= 0
+        left &= tf.logical_not(placed)
+        items = _indices(placed)
+        rows = tf.size(fill)
+        item_rows, item_segs, order = _rows_in_order(items, tf.gather(row_of, items), rows)
+        plans.append((items, item_rows, item_segs, rows, order))
+    items = _indices(left)
+    row_of, seg_of, rows, order = plan_part(tf.gather(lengths, items), widths[0], segments)
+    plans.append((items, row_of, seg_of, rows, order))
+    return plans[::-1]

@@ -74,14 +74,14 @@ a row still carrying a split example, so that every lane keeps its index).
 from __future__ import annotations
 
 import os
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from tfseq._common import (Transform, check_positive_int, example_keys, lazy_cond,
                            mark_last, require_dict_spec)
-from tfseq._pack_plan import plan_part
+from tfseq._pack_plan import plan_part, plan_widths
 from tfseq.stats import resolve_counter
 
 SEGMENT_IDS_SUFFIX = "_segment_ids"
@@ -101,7 +101,8 @@ _PART_BATCHES = 128
 _PART_PARALLELISM = max(2, min(4, os.cpu_count() or 1))
 
 
-def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None,
+def pack(block_length: int | Sequence[int] | Mapping[str, int], *,
+         batch_size: int | None = None,
          max_tokens: int | None = None, long_examples: str = "split",
          max_segments: int | None = None, window: int = 4, seed: int | None = None,
          counter=None) -> Transform:
@@ -109,9 +110,13 @@ def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None
 
     Args:
       block_length: tokens per row, for every sequence feature; or a dict ``{name: length}``
-        giving each sequence feature its own row length.
+        giving each sequence feature its own row length; or a list of row lengths (one
+        sequence feature only): each example goes into rows of the shortest length that
+        holds it, and each batch has rows of one length (see "Several row lengths" in the
+        module docstring).
       batch_size: rows per batch. Exactly one of ``batch_size`` and ``max_tokens``.
-      max_tokens: token budget per batch; rows per batch = ``max_tokens // longest block``.
+      max_tokens: token budget per batch; rows per batch = ``max_tokens // longest block``
+        (with several row lengths: ``max_tokens // the batch's row length``).
       long_examples: ``"split"``, ``"truncate"`` or ``"drop"``, for examples longer than the
         block in any feature (see the module docstring).
       max_segments: most segments per row, and the width S of the scalar features' tables;
@@ -148,12 +153,27 @@ def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None
       >>> batch["ids_segment_ids"].numpy().tolist()
       [[1, 1, 1, 1, 2, 2, 2, 2, 2, 0]]
     """
+    widths = None
     if isinstance(block_length, Mapping):
         if not block_length:
             raise ValueError("block_length must not be an empty dict")
         for key, value in block_length.items():
             check_positive_int(f"block_length[{key!r}]", value)
         longest_block = max(block_length.values())
+    elif isinstance(block_length, (list, tuple)):
+        if not block_length:
+            raise ValueError("block_length must not be an empty list")
+        for i, value in enumerate(block_length):
+            check_positive_int(f"block_length[{i}]", value)
+        widths = sorted(set(block_length))
+        longest_block = widths[-1]
+        if len(widths) > 1 and long_examples == "split":
+            raise ValueError(
+                f"Several row lengths {list(block_length)} need long_examples='drop' or "
+                "'truncate' (an example longer than the longest row cannot be split across "
+                "batches whose rows differ in length)")
+        if len(widths) == 1:
+            block_length, widths = widths[0], None
     else:
         check_positive_int("block_length", block_length)
         longest_block = block_length
@@ -175,21 +195,29 @@ def pack(block_length: int | Mapping[str, int], *, batch_size: int | None = None
         if rows < 1:
             raise ValueError(f"max_tokens={max_tokens} is smaller than one row of "
                              f"{longest_block} tokens")
+    width_rows = None
+    if widths is not None:
+        width_rows = [rows if max_tokens is None else max_tokens // w for w in widths]
     segments = max_segments or longest_block
 
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
         spec = require_dict_spec(dataset.element_spec, "pack")
         seq_keys, batched = example_keys(spec, "pack")
         scalar_keys = _check_features(spec, seq_keys, batched)
+        if widths is not None and len(seq_keys) != 1:
+            raise ValueError(f"Several row lengths {widths} take one sequence feature; the "
+                             f"dataset has {sorted(seq_keys)}. Give one int, or a dict of "
+                             "one length per feature")
         if isinstance(block_length, Mapping):
             if set(block_length) != set(seq_keys):
                 raise ValueError(f"block_length keys {sorted(block_length)} must be the sequence "
                                  f"features {sorted(seq_keys)}")
             blocks = [block_length[k] for k in seq_keys]
         else:
-            blocks = [block_length] * len(seq_keys)
+            blocks = [longest_block] * len(seq_keys)
         packer = _Packer(seq_keys, blocks, scalar_keys, spec, rows, segments, window,
-                         long_examples, resolve_counter(counter), seed)
+                         long_examples, resolve_counter(counter), seed,
+                         widths=widths, width_rows=width_rows)
         return packer(dataset, batched)
 
     return apply
@@ -329,7 +357,7 @@ class _Packer:
     """
 
     def __init__(self, seq_keys, blocks, scalar_keys, spec, rows, segments, window,
-                 long_examples, counter, seed):
+                 long_examples, counter, seed, widths=None, width_rows=None):
         self.seq_keys = list(seq_keys)
         self.blocks = list(blocks)
         self.scalar_keys = list(scalar_keys)
@@ -343,6 +371,11 @@ class _Packer:
         # The pool holds `window` batches' worth beyond what one build takes.
         self.threshold = window * rows * max(blocks)
         self.part_tokens = max(_PART_BATCHES * rows * max(blocks), 2 * self.threshold)
+        # Several row lengths (one feature, nothing split): each length ends a part on its own
+        # part-filled batch, so a part holds proportionally more.
+        self.widths, self.width_rows = widths, width_rows
+        if widths is not None:
+            self.part_tokens *= len(widths)
         self.long_examples = long_examples
         self.seed = seed
         self.counter = counter
@@ -378,6 +411,13 @@ class _Packer:
         # (each a fraction of a second of work) for it to ramp up.
         # Deterministic even if the options say otherwise: a split example continues in the
         # next batch.
+        if self.widths is not None:
+            batches = parts.map(plain(lambda is_last, lists: self._pack_part_widths(
+                self._part_arrays(lists))), num_parallel_calls=_PART_PARALLELISM,
+                deterministic=True)
+            return batches.unbatch().map(plain(self._dense), num_parallel_calls=tf.data.AUTOTUNE,
+                                         deterministic=True)
+
         def pack_part(is_last, lists):
             arrays = self._part_arrays(lists)
             if self.no_carry:
@@ -488,6 +528,61 @@ class _Packer:
         num_rows = tf.where(is_last & tf.equal(tf.range(num_batches), num_batches - 1),
                             last_rows, b)
         return {k: batched(x) for k, x in dense.items()}, num_rows
+
+    def _pack_part_widths(self, arrays):
+        """``_plan_and_pack_part`` with several row lengths: each example joins the rows of the
+        shortest length that holds it, each length is planned on its own and cut into batches
+        of its own row count, and the batches of all lengths are put in the order of their
+        oldest example.
+
+        Returns ``{key: RaggedTensor [N, (B), (T)]}`` per sequence key (and its companions) and
+        ``[N, (B), S]`` per scalar key: N batches, each with its rows (no empty ones; a part's
+        last batch of each length may have fewer) of one length.
+        """
+        values, lengths, scalars = arrays
+        lengths = lengths[:, 0]
+        starts = _exclusive_cumsum(lengths)
+        key = self.seq_keys[0]
+        names = [key + suffix for suffix in ("",) + PACKED_SUFFIXES]
+        cells = {name: [] for name in names}
+        tables = {name: [] for name in self.scalar_keys}
+        batch_rows, row_widths, batch_oldest = [], [], []
+        plans = plan_widths(lengths, self.widths, self.segments)
+        for width, b, plan in zip(self.widths, self.width_rows, plans):
+            members, row_of, seg_of, rows, order = plan
+            member_lengths = tf.gather(lengths, members)
+            in_order = lambda x: tf.gather(x, order)  # noqa: E731
+            laid_out = _lay_out_rows(values[0], in_order(tf.gather(starts, members)),
+                                     in_order(member_lengths), in_order(row_of), rows, width)
+            for name, x in zip(names, laid_out):
+                cells[name].append(tf.reshape(x, [-1]))
+            seg_index = tf.stack([row_of, seg_of - 1], 1)
+            for name, dtype, v in zip(self.scalar_keys, self.scalar_dtypes, scalars):
+                tables[name].append(tf.tensor_scatter_nd_update(
+                    tf.zeros(tf.stack([rows, self.segments]), dtype), seg_index,
+                    tf.gather(v, members)))
+            num_batches = (rows + b - 1) // b
+            batch_rows.append(tf.minimum(b, rows - tf.range(num_batches) * b))
+            row_widths.append(tf.fill([rows], width))
+            # Rows come in the order of their oldest example: a batch's first row has its own.
+            oldest = tf.math.unsorted_segment_min(members, row_of, rows)
+            batch_oldest.append(oldest[::b])
+        batch_rows, row_widths = tf.concat(batch_rows, 0), tf.concat(row_widths, 0)
+        batch_order = tf.argsort(tf.concat(batch_oldest, 0), stable=True)
+        out = {}
+        for name in names:
+            out[name] = tf.gather(tf.RaggedTensor.from_nested_row_lengths(
+                tf.concat(cells[name], 0), [batch_rows, row_widths], validate=False),
+                batch_order)
+        for name in self.scalar_keys:
+            out[name] = tf.gather(tf.RaggedTensor.from_row_lengths(
+                tf.concat(tables[name], 0), batch_rows, validate=False), batch_order)
+        return out
+
+    def _dense(self, batch):
+        """One batch of ``_pack_part_widths`` -> dense ``[B, T]`` / ``[B, S]`` tensors."""
+        return {k: v.to_tensor() if isinstance(v, tf.RaggedTensor) else v
+                for k, v in batch.items()}
 
     def _flatten_group(self, index, group):
         """A ragged batch of examples -> (values, lengths, scalars), long-example policy applied.
