@@ -12,6 +12,8 @@ Feeds of the same lines, each run for whole epochs, in real (non-pad) tokens per
             budget (length cap counted, seeded shuffle), prefetch. No tf.data call per line;
   tfseq pack   the same pipeline with ``pack(max_length, max_tokens=...)`` instead of
             bucketing (over-long examples dropped, as bucketing drops them);
+  tfseq pack, 3 row lengths   ``pack([max_length // 4, max_length // 2, max_length], ...)``:
+            each example in the shortest rows that hold it (the pipelines' pack default);
   tfseq shuffle_lines   the same pipeline reading with ``text_lines(shuffle_lines=True)``
             (a global line shuffle) instead of shuffling files and line batches; with one
             shuffle shard the first pass reads the input, later passes permute the kept lines;
@@ -121,8 +123,9 @@ def tfseq_feed(files, vocab, field, batched=True, shuffle_lines=False):
     return ds, lambda batch: tf.reduce_sum(tf.cast(batch["ids_length"], tf.int64))
 
 
-def pack_feed(files, vocab, field):
-    """The tfseq pipeline with packing instead of bucketing (same read, clean, tokenize)."""
+def pack_feed(files, vocab, field, several_lengths=False):
+    """The tfseq pipeline with packing instead of bucketing (same read, clean, tokenize);
+    ``several_lengths``: rows of max_length / 4, / 2 and max_length."""
     import tensorflow as tf
 
     import tfseq
@@ -134,8 +137,11 @@ def pack_feed(files, vocab, field):
         ds = ds.map(lambda line: field_of(line, field), num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.apply(tfseq.filter_lines(counter=counter))
     ds = ds.apply(tfseq.tokenize(vocab))
-    ds = ds.apply(tfseq.pack(FLAGS.max_length, max_tokens=FLAGS.max_tokens,
-                             long_examples="drop", counter=counter))
+    block = FLAGS.max_length
+    if several_lengths:
+        block = [max(1, FLAGS.max_length // 4), max(1, FLAGS.max_length // 2), FLAGS.max_length]
+    ds = ds.apply(tfseq.pack(block, max_tokens=FLAGS.max_tokens, long_examples="drop",
+                             counter=counter))
     ds = ds.prefetch(tf.data.AUTOTUNE)
     return ds, lambda batch: tf.reduce_sum(tf.cast(batch["ids_segment_ids"] > 0, tf.int64))
 
@@ -252,6 +258,8 @@ def main(argv):
         "raw read+tokenize+lookup": lambda: raw_feed(files, vocab, FLAGS.field),
         "tfseq full pipeline": lambda: tfseq_feed(files, vocab, FLAGS.field),
         "tfseq full pipeline, pack": lambda: pack_feed(files, vocab, FLAGS.field),
+        "tfseq pack, 3 row lengths": lambda: pack_feed(files, vocab, FLAGS.field,
+                                                       several_lengths=True),
         "tfseq full pipeline, shuffle_lines": lambda: tfseq_feed(
             files, vocab, FLAGS.field, shuffle_lines=True),
         "tfseq per-example pipeline": lambda: tfseq_feed(files, vocab, FLAGS.field,
@@ -301,6 +309,9 @@ def main(argv):
     summary = [f"tfseq full pipeline / raw: {ref_rate / rate_of('raw read+tokenize+lookup'):.2f}x"]
     if "tfseq full pipeline, pack" in results:
         summary.append(f"pack / bucket: {rate_of('tfseq full pipeline, pack') / ref_rate:.2f}x")
+    if "tfseq pack, 3 row lengths" in results:
+        summary.append("pack with 3 row lengths / bucket: "
+                       f"{rate_of('tfseq pack, 3 row lengths') / ref_rate:.2f}x")
     shuffled_name = "tfseq full pipeline, shuffle_lines"
     if shuffled_name in results:
         summary.append(

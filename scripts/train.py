@@ -68,6 +68,9 @@ flags.DEFINE_list("block_length", None, "Row length for --batching=pack, or seve
                   "32,64,128): each example goes into the shortest rows that hold it, and each "
                   "batch has rows of one length (task default: 32,64,128; translate: 64).")
 flags.DEFINE_list("boundaries", None, "Bucket boundaries for --batching=bucket.")
+flags.register_validator(
+    "block_length", lambda v: v is None or all(s.isdigit() and int(s) > 0 for s in v),
+    "--block_length takes positive ints: one (128) or several (32,64,128)")
 flags.DEFINE_float("learning_rate", None, "Adam learning rate (default: the model's, 0.003). "
                    "A bucket or pack step carries several times the tokens of a padded one: "
                    "scale the rate by the square root of that ratio (README: time to accuracy).")
@@ -152,20 +155,8 @@ def build_config(pipeline):
 
 
 def parse_block_length(values):
-    """``--block_length`` strings -> one int, or a tuple of ascending ints.
-
-    Raises:
-      app.UsageError: a value that is not a positive int.
-    """
-    lengths = []
-    for text in values:
-        try:
-            lengths.append(int(text))
-        except ValueError:
-            lengths.append(0)
-        if lengths[-1] <= 0:
-            raise app.UsageError(f"--block_length takes positive ints; received {text!r}")
-    lengths = sorted(set(lengths))
+    """``--block_length`` strings (validated) -> one int, or a tuple of ascending ints."""
+    lengths = sorted({int(text) for text in values})
     return lengths[0] if len(lengths) == 1 else tuple(lengths)
 
 

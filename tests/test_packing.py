@@ -44,6 +44,55 @@ def test_worked_example():
     assert counter.seen() == {"split": 0}
 
 
+def test_several_row_lengths_worked_example():
+    # Rows of 8 for the examples longer than 4 (lengths 5 and 6), their gaps (3 and 2) taking
+    # the largest shorter examples that fit; what is left goes into rows of 4. Batches come in
+    # the order of their oldest example; within a row, segments in arrival order.
+    counter = tfseq.DropCounter()
+    ds = examples([1, 2, 3], [4, 5, 6, 7, 8], [9], [10, 11, 12, 13, 14, 15], [16, 17],
+                  label=True).apply(tfseq.pack([4, 8], batch_size=2, long_examples="truncate",
+                                               counter=counter))
+    assert ds.element_spec["ids"].shape.as_list() == [None, None]
+    assert to_list(ds) == [{
+        "ids":             [[1, 2, 3, 4, 5, 6, 7, 8], [10, 11, 12, 13, 14, 15, 16, 17]],
+        "ids_segment_ids": [[1, 1, 1, 2, 2, 2, 2, 2], [1, 1, 1, 1, 1, 1, 2, 2]],
+        "ids_positions":   [[0, 1, 2, 0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5, 0, 1]],
+        "ids_resets":      [[T, F, F, T, F, F, F, F], [T, F, F, F, F, F, T, F]],
+        "label":           [[10, 20, 0, 0, 0, 0, 0, 0], [40, 50, 0, 0, 0, 0, 0, 0]],
+    }, {
+        "ids":             [[9, 0, 0, 0]],
+        "ids_segment_ids": [[1, 0, 0, 0]],
+        "ids_positions":   [[0, 0, 0, 0]],
+        "ids_resets":      [[T, F, F, F]],
+        "label":           [[30, 0, 0, 0, 0, 0, 0, 0]],
+    }]
+    assert counter.seen() == {"truncated": 0}
+
+
+def test_several_row_lengths_budget_and_fill():
+    # Log-normal lengths (median ~12): rows of 32 hold most examples; every batch keeps to the
+    # budget with rows of one length, and the gaps of the longer rows take shorter examples.
+    rng = np.random.default_rng(0)
+    lengths = np.minimum(rng.lognormal(2.5, 0.8, size=3000).astype(int) + 1, 128)
+    data = [[int(v) for v in rng.integers(1, 1000, n)] for n in lengths]
+    ds = examples(*data).apply(tfseq.pack((128, 32, 64), max_tokens=1024, seed=0,
+                                          long_examples="drop", counter=tfseq.DropCounter()))
+    batches = [{k: v.numpy() for k, v in b.items()} for b in ds]
+    widths = collections.Counter(b["ids"].shape[1] for b in batches)
+    assert set(widths) == {32, 64, 128} and widths[32] > widths[64] > widths[128]
+    shorter = {32: 0, 64: 32, 128: 64}
+    for b in batches:
+        rows, width = b["ids"].shape
+        assert rows <= 1024 // width and rows * width <= 1024
+        for seg in b["ids_segment_ids"]:
+            # A row of 64 or 128 exists for an example longer than the next shorter row.
+            assert np.bincount(seg)[1:].max() > shorter[width]
+    cells = sum(b["ids"].size for b in batches)
+    assert int(lengths.sum()) / cells >= 0.98
+    assert collections.Counter(map(tuple, (e["ids"] for e in tfseq.unpack(batches)))) == \
+        collections.Counter(map(tuple, data))
+
+
 def test_rows_in_order_and_scalars_per_segment():
     # [6, 7, 8, 9] is longer than half a row: it gets a row, whose gap of 2 takes [4, 5]; the
     # shortest, [10], fills the gap after [1, 2, 3]. Rows come in the order of their oldest
@@ -192,6 +241,9 @@ def test_seed_shuffles_each_group_deterministically():
     ({"block_length": 4, "batch_size": 2, "long_examples": "cut"}, ValueError, "'cut'"),
     ({"block_length": 4, "batch_size": 2, "window": 0}, ValueError, "window"),
     ({"block_length": {}, "batch_size": 2}, ValueError, "empty dict"),
+    ({"block_length": [], "batch_size": 2}, ValueError, "empty list"),
+    ({"block_length": [4, 0], "batch_size": 2}, ValueError, r"block_length\[1\]"),
+    ({"block_length": [4, 8], "batch_size": 2}, ValueError, "long_examples='drop' or 'truncate'"),
     ({"block_length": 4, "batch_size": 2, "seed": "1"}, TypeError, "seed"),
 ])
 def test_bad_arguments(kwargs, error, match):
@@ -202,6 +254,8 @@ def test_bad_arguments(kwargs, error, match):
 def test_bad_datasets():
     with pytest.raises(ValueError, match="block_length keys"):
         pairs(([1], [2])).apply(tfseq.pack({"source": 4}, batch_size=1))
+    with pytest.raises(ValueError, match="take one sequence feature"):
+        pairs(([1], [2])).apply(tfseq.pack([4, 8], batch_size=1, long_examples="drop"))
     packed = examples([1]).apply(tfseq.pack(4, batch_size=1)).unbatch()
     with pytest.raises(ValueError, match="packed already"):
         packed.apply(tfseq.pack(4, batch_size=1))
@@ -283,6 +337,30 @@ def test_exactly_once(data, setting):
         assert counter.drops() == {"empty": empty}
         reason = {"split": "split", "truncate": "truncated"}[mode]
         assert counter.seen() == {reason: len(long_ids)}
+
+
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None)
+@given(data=st.lists(st.integers(0, 13), max_size=40),
+       mode=st.sampled_from(["truncate", "drop"]))
+def test_several_row_lengths_exactly_once(data, mode):
+    widths, rows = (3, 6, 12), 2
+    ds, counter = _pipeline(mode, widths, rows, 4)
+    _DATA[:] = [[100 * (i + 1) + j for j in range(n)] for i, n in enumerate(data)]
+    counter.reset()
+    batches = [{k: v.numpy() for k, v in b.items()} for b in ds]
+    for b in batches:
+        assert b["ids"].shape[1] in widths and 1 <= b["ids"].shape[0] <= rows
+        _check_batch_layout([b], b["ids"].shape[1], rows)
+    expected = [{"ids": ids[:12], "label": i} for i, ids in enumerate(_DATA)
+                if ids and (mode == "truncate" or len(ids) <= 12)]
+    assert sorted(tfseq.unpack(batches), key=lambda e: e["label"]) == expected
+    long = sum(n > 12 for n in data)
+    if mode == "drop":
+        assert counter.drops() == {"empty": data.count(0), "too_long": long}
+    else:
+        assert counter.drops() == {"empty": data.count(0)}
+        assert counter.seen() == {"truncated": long}
 
 
 @pytest.mark.slow

@@ -37,13 +37,15 @@ def test_profile_has_a_row_per_stage_with_positive_rates(tmp_path):
 @pytest.mark.slow
 def test_bench_pipeline_feeds_deliver_the_same_real_tokens(tmp_path):
     # Every feed reads the same lines (two copies of the corpus): the same real tokens come
-    # out of the raw limit, the tfseq pipelines (bucket, pack, line shuffle, per-example), the
-    # plain tf.data pipeline and the Python generator feed.
+    # out of the raw limit, the tfseq pipelines (bucket, pack with one and with three row
+    # lengths, line shuffle, per-example), the plain tf.data pipeline and the Python
+    # generator feed.
     run_script("bench_pipeline.py", "--copies=2", "--repeats=1",
                f"--json_out={tmp_path / 'b.json'}")
     rows = json.loads((tmp_path / "b.json").read_text())["rows"]
     assert [r["feed"] for r in rows] == ["raw read+tokenize+lookup", "tfseq full pipeline",
                                          "tfseq full pipeline, pack",
+                                         "tfseq pack, 3 row lengths",
                                          "tfseq full pipeline, shuffle_lines",
                                          "tfseq per-example pipeline", "plain tf.data pipeline",
                                          "python generator feed"]

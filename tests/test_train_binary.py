@@ -43,6 +43,12 @@ def test_a_learning_rate_that_is_not_positive_fails_naming_it():
     assert "--learning_rate must be > 0" in out.stderr
 
 
+def test_a_block_length_that_is_not_a_positive_int_fails_naming_it():
+    out = train("--block_length=32,x")
+    assert out.returncode != 0
+    assert "--block_length takes positive ints" in out.stderr
+
+
 def test_conflicting_flags_fail_naming_them(tmp_path, tiny_corpus):
     out = train(f"--files={tiny_corpus}", "--batching=bucket", "--batch_size=8",
                 f"--model_dir={tmp_path / 'run'}")
@@ -96,7 +102,7 @@ def test_two_replicas_train_an_epoch_with_split_batches(tmp_path, tiny_corpus, b
     run = tmp_path / "replicas"
     out = train(f"--files={tiny_corpus}", "--num_replicas=2", "--epochs=1", "--max_tokens=64",
                 "--max_length=16", f"--batching={batching}",
-                *(["--block_length=16"] if batching == "pack" else []),
+                *(["--block_length=8,16"] if batching == "pack" else []),
                 f"--model_dir={run}", "--verbose=0")
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((run / "report.json").read_text())

@@ -34,6 +34,12 @@ ids index them directly: ``tf.gather(label, segment_ids - 1, batch_dims=1)`` giv
 label (mask the padding with ``segment_ids > 0``). ``S`` is ``max_segments`` (default: the
 longest block length); a row never holds more segments than that.
 
+Several row lengths (``block_length=[32, 64, 128]``, one sequence feature, ``long_examples``
+"drop" or "truncate"): each example goes into rows of the shortest length that holds it, or
+into the gap of a longer row; each batch has rows of one length (``max_tokens // length``
+rows), and the batches of all lengths come out in the order of their oldest example. A
+recurrent model then steps through 32 columns, not 128, for a batch of short examples.
+
 Examples longer than a block (in any feature):
 
 * ``"split"``: cut into consecutive pieces, each its own segment. The first piece ends its row;
