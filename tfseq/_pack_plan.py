@@ -324,6 +324,7 @@ def plan_widths(lengths: tf.Tensor, widths, segments: int) -> list:
     """
     num = tf.size(lengths)
     left = tf.fill([num], True)
+    ascending = tf.argsort(lengths, stable=True)
     plans = []
     for k in range(len(widths) - 1, 0, -1):
         block = widths[k]
@@ -333,8 +334,9 @@ def plan_widths(lengths: tf.Tensor, widths, segments: int) -> list:
         empty = tf.zeros([0], tf.int32)
         row_of, seg_of, fill, nseg = _place(lengths, block, segments, owners, row_of, seg_of,
                                             empty, empty)
-        others = _indices(left & (lengths <= widths[k - 1]))
-        cand = tf.gather(others, tf.argsort(tf.gather(lengths, others), stable=True))
+        # The shorter examples left, by ascending length (one sort for every row length).
+        cand = tf.gather(ascending, _indices(tf.gather(left & (lengths <= widths[k - 1]),
+                                                       ascending)))
         state = _match_rounds(lengths, block, segments, row_of, seg_of, fill, nseg, cand)
         state = _bulk_fill(lengths, block, segments, *_bulk_fill(lengths, block, segments, *state))
         row_of = _match_rounds(lengths, block, segments, *state)[0]

@@ -586,9 +586,10 @@ class _Packer:
         return out
 
     def _dense(self, batch):
-        """One batch of ``_pack_part_widths`` -> dense ``[B, T]`` / ``[B, S]`` tensors."""
-        return {k: v.to_tensor() if isinstance(v, tf.RaggedTensor) else v
-                for k, v in batch.items()}
+        """One batch of ``_pack_part_widths`` -> dense ``[B, T]`` / ``[B, S]`` tensors (its rows
+        have one length, so a reshape; a batch has at least one row)."""
+        return {k: tf.reshape(v.flat_values, tf.stack([v.nrows(), -1]))
+                if isinstance(v, tf.RaggedTensor) else v for k, v in batch.items()}
 
     def _flatten_group(self, index, group):
         """A ragged batch of examples -> (values, lengths, scalars), long-example policy applied.
