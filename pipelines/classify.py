@@ -15,7 +15,9 @@ With ``batching="pack"`` the features are packed rows (see ``tfseq.pack``)::
     ({"ids": int32 [B, L], "ids_segment_ids": int32 [B, L], "ids_resets": int32 [B, L] (0/1)},
      label int32 [B, S], weight float32 [B, S])
 
-one label per segment (example), weight 0 on the label table's empty columns.
+one label per segment (example), weight 0 on the label table's empty columns. ``L`` is one
+of ``block_length`` (default rows of 32, 64 or 128: each example in the shortest that holds
+it), one per batch.
 
 Drop reasons (counted per split in ``info["counters"][split]``): the source's (``malformed``,
 ``invalid_utf8``, ``empty_text``, ``other_split``; ``unknown_book`` for the verse corpus),

@@ -5,6 +5,9 @@ shuffled with one seed) go through each scheme at ``--max_tokens`` cells per bat
 
 - plain padded_batch: ``max_tokens // max_length`` examples per batch;
 - tfseq pack: ``tfseq.pack(block_length, max_tokens=...)`` rows of ``block_length``;
+- tfseq pack, 3 row lengths: ``tfseq.pack([block_length // 4, block_length // 2,
+  block_length], ...)``: each example in the shortest rows that hold it, each batch of one
+  row length (the pipelines' pack default, for recurrent models);
 - first-fit decreasing (offline reference): the whole epoch sorted by length and packed by
   first fit into rows of ``block_length`` in Python, then batched; no shuffle, not streaming.
 
@@ -119,6 +122,14 @@ def tfseq_pack(s: Setting):
                                           counter=tfseq.DropCounter()))
 
 
+def tfseq_pack_lengths(s: Setting):
+    """tfseq.pack with rows of max_length / 4, / 2 and max_length, max_tokens // (the batch's
+    row length) rows per batch."""
+    lengths = sorted({max(1, s.max_length // 4), max(1, s.max_length // 2), s.max_length})
+    return lambda ds: ds.apply(tfseq.pack(lengths, max_tokens=s.max_tokens, window=s.window,
+                                          long_examples="drop", counter=tfseq.DropCounter()))
+
+
 def first_fit_decreasing(lengths, capacity: int) -> list[list[int]]:
     """Offline first-fit decreasing: bins (lists of indices) of total length <= capacity.
 
@@ -162,11 +173,13 @@ def ffd_reference(s: Setting):
 
 
 OFFLINE = "first-fit decreasing, offline (reference)"
+PACK_LENGTHS = "tfseq pack, 3 row lengths"
 
 # (name, builder(Setting) -> (dataset -> batched dataset)), as in bench_batching.py's SCHEMES.
 SCHEMES = [
     ("plain padded_batch", plain),
     ("tfseq pack", tfseq_pack),
+    (PACK_LENGTHS, tfseq_pack_lengths),
     (OFFLINE, ffd_reference),
 ]
 
@@ -233,7 +246,14 @@ def train_speeds(batched: dict, steps: int) -> dict:
         it = iter(training_batches(dataset, packed).repeat())
         for _ in range(3):
             model.train_on_batch(*next(it))
-        runs[name] = (model, [next(it) for _ in range(steps)], [0.0])
+        timed = [next(it) for _ in range(steps)]
+        # One untimed step per batch shape first (rows of several lengths: one trace each).
+        shapes = {}
+        for batch in timed:
+            shapes.setdefault(tuple(batch[0]["ids"].shape), batch)
+        for batch in shapes.values():
+            model.train_on_batch(*batch)
+        runs[name] = (model, timed, [0.0])
     for step in range(steps):
         for model, batches, seconds in runs.values():
             x, y, w = batches[step]
@@ -286,7 +306,8 @@ def run_corpus(name: str, examples: tf.data.Dataset, setting: Setting) -> dict:
     if FLAGS.train_steps > 0:
         trained = train_speeds({
             "plain padded_batch": (data.apply(plain(setting)), False),
-            "tfseq pack": (data.apply(tfseq_pack(setting)), True)}, FLAGS.train_steps)
+            "tfseq pack": (data.apply(tfseq_pack(setting)), True),
+            PACK_LENGTHS: (data.apply(tfseq_pack_lengths(setting)), True)}, FLAGS.train_steps)
         for r in rows:
             r.update(trained.get(r["scheme"], {}))
     kept = lengths[keep]

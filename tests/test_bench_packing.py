@@ -28,6 +28,9 @@ def test_own_file_is_a_corpus_with_its_field(tmp_path):
     assert result["fewest_batches"] == 19  # ceil(1206 / 64)
     batches = {r["scheme"]: r["batches"] for r in result["schemes"]}
     # Plain: 4 rows of 16 per batch, 51 batches. Packed: two 6-token lines per 16-token row,
-    # the short ones in the gaps: 100 rows, 4 per batch.
+    # the short ones in the gaps: 100 rows, 4 per batch. Rows of 4, 8 and 16: each 6-token
+    # line needs a row of 8 (200 rows, 8 per batch: 25 batches), whose 2-token gaps take the
+    # 2- and the 1-token line; the 3-token line gets a row of 4 (a batch of its own).
     assert batches == {"plain padded_batch": 51, "tfseq pack": 25,
+                       "tfseq pack, 3 row lengths": 26,
                        "first-fit decreasing, offline (reference)": 25}
