@@ -191,7 +191,7 @@ def test_iterator_checkpoint_at_every_batch_resumes_bucketing_exactly(tmp_path):
         assert [to_python(b)["label"] for b in it2] == expected[position:], position
 
 
-@pytest.mark.parametrize("transform", ["bucket", "pack"])
+@pytest.mark.parametrize("transform", ["bucket", "pack", "pack_lengths"])
 def test_iterator_checkpoint_mid_pool_resumes_exactly(tmp_path, transform):
     # 60 examples in batches of 7, pools of 20: the checkpoint falls while a pool is
     # half-assembled in the scan's tensor lists (and packing's carried state).
@@ -199,9 +199,12 @@ def test_iterator_checkpoint_mid_pool_resumes_exactly(tmp_path, transform):
     if transform == "bucket":
         make = lambda: _examples(lengths).batch(7).apply(tfseq.bucket_by_length(  # noqa: E731
             max_tokens=24, pool_size=20, seed=4))
-    else:
+    elif transform == "pack":
         make = lambda: _examples(lengths).batch(7).apply(tfseq.pack(  # noqa: E731
             12, batch_size=2, seed=4))
+    else:  # rows of 4, 8 and 12
+        make = lambda: _examples(lengths).batch(7).apply(tfseq.pack(  # noqa: E731
+            [4, 8, 12], batch_size=2, seed=4, long_examples="drop"))
     key = "label"
     options = tf.data.Options()  # the drop counters are saved separately (as in tfseq.Trainer)
     options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
