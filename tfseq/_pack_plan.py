@@ -275,24 +275,16 @@ def plan_part(lengths: tf.Tensor, block: int, segments: int
     rows = tf.size(fill)
     # 6. Rows in the order of their oldest example: rows of big examples and of leftover fillers
     # fall among the others where those examples arrived.
-    key = tf.math.unsorted_segment_min(tf.range(num), row_of, rows)
-    new_index = tf.math.invert_permutation(tf.argsort(key, stable=True))
-    row_of = tf.gather(new_index, row_of)
-    # Segments in arrival order within each row.
-    order = tf.argsort(tf.cast(row_of, tf.int64) * tf.cast(num, tf.int64)
-                       + tf.range(num, dtype=tf.int64))
-    sorted_rows = tf.gather(row_of, order)
-    segment = tf.range(num) - _search(sorted_rows, sorted_rows, "left") + 1
-    seg_of = tf.scatter_nd(tf.expand_dims(order, 1), segment, tf.shape(lengths))
+    row_of, seg_of, order = _rows_in_order(row_of, rows)
     return row_of, seg_of, rows, order
 
 
-def _rows_in_order(items: tf.Tensor, row_of: tf.Tensor, rows: tf.Tensor
+def _rows_in_order(row_of: tf.Tensor, rows: tf.Tensor
                    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Step 6 for the examples ``items`` (ascending, arrival order) placed in ``rows`` rows
-    (``row_of`` ``[n]``, theirs): rows renumbered in the order of their oldest example,
-    segments in arrival order. Returns ``row_of, seg_of, order`` over ``items``' positions."""
-    n = tf.size(items)
+    """Step 6: examples ``[n]`` (in arrival order) placed in ``rows`` rows (``row_of``) ->
+    ``row_of, seg_of, order``: rows renumbered in the order of their oldest example, 1-based
+    segments in arrival order within each row, and the examples in row-major order."""
+    n = tf.size(row_of)
     key = tf.math.unsorted_segment_min(tf.range(n), row_of, rows)
     row_of = tf.gather(tf.math.invert_permutation(tf.argsort(key, stable=True)), row_of)
     order = tf.argsort(tf.cast(row_of, tf.int64) * tf.cast(n, tf.int64)
@@ -344,7 +336,7 @@ def plan_widths(lengths: tf.Tensor, widths, segments: int) -> list:
         left &= tf.logical_not(placed)
         items = _indices(placed)
         rows = tf.size(fill)
-        item_rows, item_segs, order = _rows_in_order(items, tf.gather(row_of, items), rows)
+        item_rows, item_segs, order = _rows_in_order(tf.gather(row_of, items), rows)
         plans.append((items, item_rows, item_segs, rows, order))
     items = _indices(left)
     row_of, seg_of, rows, order = plan_part(tf.gather(lengths, items), widths[0], segments)

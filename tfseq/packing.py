@@ -513,15 +513,8 @@ class _Packer:
         lengths = lengths[:, 0]
         block, b = self.blocks[0], self.batch_rows
         row_of, seg_of, rows, order = plan_part(lengths, block, self.segments)
-        in_order = lambda x: tf.gather(x, order)  # noqa: E731
-        laid_out = _lay_out_rows(values[0], in_order(_exclusive_cumsum(lengths)),
-                                 in_order(lengths), in_order(row_of), rows, block)
-        key = self.seq_keys[0]
-        dense = {key + suffix: x for suffix, x in zip(("",) + PACKED_SUFFIXES[:3], laid_out)}
-        seg_index = tf.stack([row_of, seg_of - 1], 1)
-        for name, dtype, v in zip(self.scalar_keys, self.scalar_dtypes, scalars):
-            dense[name] = tf.tensor_scatter_nd_update(
-                tf.zeros(tf.stack([rows, self.segments]), dtype), seg_index, v)
+        dense = self._planned_rows(values[0], _exclusive_cumsum(lengths), lengths, scalars,
+                                   (row_of, seg_of, rows, order), block)
         num_batches = (rows + b - 1) // b
         pad = num_batches * b - rows
 
@@ -556,17 +549,14 @@ class _Packer:
         plans = plan_widths(lengths, self.widths, self.segments)
         for width, b, plan in zip(self.widths, self.width_rows, plans):
             members, row_of, seg_of, rows, order = plan
-            member_lengths = tf.gather(lengths, members)
-            in_order = lambda x: tf.gather(x, order)  # noqa: E731
-            laid_out = _lay_out_rows(values[0], in_order(tf.gather(starts, members)),
-                                     in_order(member_lengths), in_order(row_of), rows, width)
-            for name, x in zip(names, laid_out):
-                cells[name].append(tf.reshape(x, [-1]))
-            seg_index = tf.stack([row_of, seg_of - 1], 1)
-            for name, dtype, v in zip(self.scalar_keys, self.scalar_dtypes, scalars):
-                tables[name].append(tf.tensor_scatter_nd_update(
-                    tf.zeros(tf.stack([rows, self.segments]), dtype), seg_index,
-                    tf.gather(v, members)))
+            members_of = lambda x: tf.gather(x, members)  # noqa: E731
+            dense = self._planned_rows(values[0], members_of(starts), members_of(lengths),
+                                       [members_of(v) for v in scalars],
+                                       (row_of, seg_of, rows, order), width)
+            for name in names:
+                cells[name].append(tf.reshape(dense[name], [-1]))
+            for name in self.scalar_keys:
+                tables[name].append(dense[name])
             num_batches = (rows + b - 1) // b
             batch_rows.append(tf.minimum(b, rows - tf.range(num_batches) * b))
             row_widths.append(tf.fill([rows], width))
@@ -584,6 +574,31 @@ class _Packer:
             out[name] = tf.gather(tf.RaggedTensor.from_row_lengths(
                 tf.concat(tables[name], 0), batch_rows, validate=False), batch_order)
         return out
+
+    def _planned_rows(self, values, starts, lengths, scalars, plan, block: int):
+        """Examples laid out in their planned rows.
+
+        Args:
+          values: the part's tokens ``[N]``; starts, lengths: int32 ``[P]``, where each
+            example begins in ``values`` and its length; scalars: per scalar key ``[P]``.
+          plan: ``(row_of, seg_of, rows, order)`` of these examples (``plan_part``).
+          block: the rows' length.
+
+        Returns:
+          ``{key: [rows, block]}`` for the sequence key and its companions, ``{name: [rows,
+          S]}`` per scalar key (segment k's value in column k - 1).
+        """
+        row_of, seg_of, rows, order = plan
+        in_order = lambda x: tf.gather(x, order)  # noqa: E731
+        laid_out = _lay_out_rows(values, in_order(starts), in_order(lengths), in_order(row_of),
+                                 rows, block)
+        key = self.seq_keys[0]
+        dense = {key + suffix: x for suffix, x in zip(("",) + PACKED_SUFFIXES, laid_out)}
+        seg_index = tf.stack([row_of, seg_of - 1], 1)
+        for name, dtype, v in zip(self.scalar_keys, self.scalar_dtypes, scalars):
+            dense[name] = tf.tensor_scatter_nd_update(
+                tf.zeros(tf.stack([rows, self.segments]), dtype), seg_index, v)
+        return dense
 
     def _dense(self, batch):
         """One batch of ``_pack_part_widths`` -> dense ``[B, T]`` / ``[B, S]`` tensors (its rows
