@@ -27,9 +27,10 @@ Schemes, all under the same token budget ``--max_tokens`` (cells per batch):
 The first scheme is the baseline. Reported per scheme: held-out metric per epoch (seed mean and
 spread = max - min), mean cumulative seconds, optimizer steps and input tokens per step, and the
 seconds at which the seed-mean curve first reaches the baseline's best seed-mean metric (within
-0.005 accuracy / 1% of loss; epoch ends only), also as a fraction of the baseline's own time to
-it, and how many seeds reach it. Seconds exclude graph
-tracing: before timing, the model is fitted on 3 batches and evaluated on one, then its
+0.005 accuracy / 1% of loss; at evaluation points: each epoch's end and, with
+``--evals_per_epoch=N``, after every ceil(steps / N) steps, the clock stopped while evaluating),
+also as a fraction of the baseline's own time to it, and how many seeds reach it. Seconds
+exclude graph tracing: before timing, the model is fitted on 3 batches and evaluated on one, then its
 weights and optimizer state are restored. ``--lr_scaling=sqrt|linear`` scales each scheme's
 learning rate with its input tokens per step against the baseline's (Adam, the models'
 default rate otherwise); a scheme written ``bucket/sqrt`` (or ``/linear``, ``/none``) uses that
@@ -84,6 +85,8 @@ flags.DEFINE_integer("epochs", 3, "Epochs per run (with --match_time: the baseli
 flags.DEFINE_bool("match_time", False, "Give every scheme after the baseline the baseline's "
                   "time budget: it trains epochs until its cumulative seconds (--clock) reach "
                   "the baseline's total for the same seed, at most --max_epochs.")
+flags.DEFINE_integer("evals_per_epoch", 1, "Held-out evaluations per epoch: besides the epoch's "
+                     "end, after every ceil(steps / N) steps (their time is not counted).")
 flags.DEFINE_integer("max_epochs", 30, "With --match_time: the most epochs of any run.")
 flags.DEFINE_enum("corpus", "embedded", ["embedded", "skewed"], "The embedded verse corpus, or "
                   "a generated one with long-tailed lengths (user-file path of the pipelines).")
@@ -276,6 +279,52 @@ def lr_factor(tokens_per_step: float, baseline_tokens: float | None, scaling: st
     return math.sqrt(ratio) if scaling == "sqrt" else ratio
 
 
+class TrainingClock:
+    """Cumulative training seconds, wall and this process's CPU; stopped while evaluating."""
+
+    def __init__(self):
+        self.wall = self.cpu = 0.0
+        self._started = None
+
+    def start(self):
+        self._started = (time.perf_counter(), time.process_time())
+
+    def stop(self):
+        if self._started is not None:
+            wall, cpu = self._started
+            self.wall += time.perf_counter() - wall
+            self.cpu += time.process_time() - cpu
+            self._started = None
+
+
+def eval_interval(steps: int, evals_per_epoch: int) -> int | None:
+    """Steps between mid-epoch evaluations of an epoch of ``steps`` steps, or None when the
+    epoch's end is the only one: ceil(steps / evals_per_epoch)."""
+    if evals_per_epoch <= 1 or steps <= 1:
+        return None
+    return max(1, -(-steps // evals_per_epoch))
+
+
+def mid_epoch_points(steps: int, every: int | None) -> list[int]:
+    """The steps (1-based) after which an epoch is evaluated before its end."""
+    return [] if not every else list(range(every, steps, every))
+
+
+def mid_epoch_callback(steps: int, every: int | None, on_point):
+    """A Keras callback calling ``on_point(fraction of the epoch)`` after each step of
+    ``mid_epoch_points(steps, every)``."""
+    import keras
+
+    points = set(mid_epoch_points(steps, every))
+
+    class MidEpoch(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch + 1 in points:
+                on_point((batch + 1) / steps)
+
+    return MidEpoch()
+
+
 def epochs_to_run(done: int, spent: float, budget: float | None, epochs: int,
                   max_epochs: int) -> bool:
     """Whether a run that has trained ``done`` epochs in ``spent`` seconds trains another:
@@ -309,17 +358,27 @@ def run(task: str, scheme: str, seed: int, data: dict, knob=None, value=None,
     model_config = dataclasses.replace(model_config, learning_rate=lr)
     model = model_module.build_model(config, info, model_config)
     warm_up(model, train_ds, eval_ds)
-    seconds, cpu_seconds, epochs = 0.0, 0.0, []
-    while epochs_to_run(len(epochs), cpu_seconds if FLAGS.clock == "cpu" else seconds, budget,
-                        FLAGS.epochs, FLAGS.max_epochs):
-        start, cpu_start = time.perf_counter(), time.process_time()
-        model.fit(train_ds, epochs=1, verbose=0)
-        seconds += time.perf_counter() - start
-        cpu_seconds += time.process_time() - cpu_start
+    clock, epochs, done = TrainingClock(), [], 0
+
+    def held_out(fraction: float):
+        """Evaluates on ``eval_ds`` with the clock stopped and records the point; the clock
+        runs on after a mid-epoch point."""
+        clock.stop()
         result = model.evaluate(eval_ds, verbose=0, return_dict=True)
         key = "loss" if task == "lm" else next(k for k in result if "acc" in k)
-        epochs.append({"seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2),
-                       "metric": float(result[key])})
+        epochs.append({"epoch": round(done + fraction, 3), "seconds": round(clock.wall, 2),
+                       "cpu_seconds": round(clock.cpu, 2), "metric": float(result[key])})
+        if fraction < 1:
+            clock.start()
+
+    every = eval_interval(shapes["steps"], FLAGS.evals_per_epoch)
+    callbacks = [mid_epoch_callback(shapes["steps"], every, held_out)] if every else []
+    while epochs_to_run(done, clock.cpu if FLAGS.clock == "cpu" else clock.wall, budget,
+                        FLAGS.epochs, FLAGS.max_epochs):
+        clock.start()
+        model.fit(train_ds, epochs=1, verbose=0, callbacks=callbacks)
+        held_out(1.0)
+        done += 1
     label = label if knob is None else f"{label} {knob}={value}"
     logging.info("%s %s seed %d lr %.4g: %s %s", task, label, seed, lr, epochs, shapes)
     return {"task": task, "scheme": label, "seed": seed, "batch_size": config.batch_size,
@@ -358,6 +417,11 @@ def time_to(runs, target: float, higher: bool) -> list:
     return out
 
 
+def epochs_run(r: dict) -> int:
+    """Whole epochs a run trained (its evaluation points may be more: ``--evals_per_epoch``)."""
+    return round(r["epochs"][-1].get("epoch", len(r["epochs"])))
+
+
 def common_epochs(runs, key: str) -> np.ndarray:
     """``[seeds, epochs]`` array of ``key`` over the epochs every run has (runs under a time
     budget may differ by an epoch or so)."""
@@ -394,7 +458,7 @@ def summarize(task: str, by_scheme: dict, baseline: str | None = None) -> dict:
                      "metric_spread": (m.max(0) - m.min(0)).round(4).tolist(),
                      "seconds_mean": s.mean(0).round(1).tolist(),
                      "seconds_spread": round(float(s[:, -1].max() - s[:, -1].min()), 1),
-                     "epochs_run": [len(r["epochs"]) for r in runs],
+                     "epochs_run": [epochs_run(r) for r in runs],
                      "final_metric_mean": round(float(final.mean()), 4),
                      "final_metric_spread": round(float(final.max() - final.min()), 4),
                      "final_seconds_mean": round(float(np.mean(
@@ -577,7 +641,8 @@ def main(argv):
                 json.dump({"flags": {k: FLAGS[k].value for k in (
                     "tasks", "schemes", "seeds", "epochs", "corpus", "lm_max_lines",
                     "classify_max_lines", "skewed_lines", "max_tokens", "learning_rate",
-                    "lr_scaling", "sweep", "match_time", "max_epochs", "clock")},
+                    "lr_scaling", "sweep", "match_time", "max_epochs", "clock",
+                    "evals_per_epoch")},
                     "summaries": summaries, "runs": raw}, f, indent=1)
     if FLAGS.plot:
         plot(summaries, FLAGS.plot)

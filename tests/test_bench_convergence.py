@@ -175,3 +175,39 @@ def test_summarize_runs_with_different_epoch_counts_under_a_time_budget():
 def test_a_scheme_suffix_must_name_a_learning_rate_rule():
     with pytest.raises(ValueError, match="'bucket/cube'.*none, sqrt or linear"):
         bench.run("lm", "bucket/cube", 0, {})
+
+
+def test_mid_epoch_evaluation_points():
+    assert bench.eval_interval(35, 1) is None and bench.eval_interval(1, 4) is None
+    assert bench.eval_interval(35, 4) == 9  # ceil(35 / 4)
+    assert bench.mid_epoch_points(35, 9) == [9, 18, 27]  # the 4th point is the epoch's end
+    assert bench.mid_epoch_points(36, 9) == [9, 18, 27]
+    assert bench.mid_epoch_points(10, None) == []
+    # Whole epochs come from the last point's epoch field (runs stored before it: points).
+    assert bench.epochs_run({"epochs": [{"epoch": 0.5}, {"epoch": 1.0}, {"epoch": 1.5},
+                                        {"epoch": 2.0}]}) == 2
+    assert bench.epochs_run({"epochs": [{}, {}, {}]}) == 3
+
+
+def test_mid_epoch_callback_fires_after_its_steps_only():
+    import keras
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    ds = tf.data.Dataset.from_tensor_slices((tf.ones([10, 2]), tf.ones([10, 1]))).batch(2)
+    seen = []
+    callback = bench.mid_epoch_callback(5, bench.eval_interval(5, 3), seen.append)
+    model.fit(ds, epochs=2, verbose=0, callbacks=[callback])
+    assert seen == [0.4, 0.8, 0.4, 0.8]  # every 2 of 5 steps, both epochs
+
+
+def test_training_clock_counts_only_while_running():
+    clock = bench.TrainingClock()
+    clock.stop()  # not started: nothing counted
+    assert clock.wall == 0.0 and clock.cpu == 0.0
+    clock.start()
+    sum(i * i for i in range(200_000))
+    clock.stop()
+    first = clock.wall
+    assert first > 0.0 and clock.cpu > 0.0
+    sum(i * i for i in range(200_000))  # stopped: not counted
+    assert clock.wall == first
