@@ -449,6 +449,9 @@ def summarize(task: str, by_scheme: dict, baseline: str | None = None) -> dict:
     for scheme, runs in by_scheme.items():
         m, s = common_epochs(runs, "metric"), common_epochs(runs, "seconds")
         final = np.array([r["epochs"][-1]["metric"] for r in runs])
+        # What early stopping keeps: each seed's best point.
+        best_each = np.array([(max if higher else min)(e["metric"] for e in r["epochs"])
+                              for r in runs])
         mean_run = {"epochs": [{"seconds": float(t), "metric": float(v)}
                                for t, v in zip(s.mean(0), m.mean(0))]}
         shapes = {k: round(float(np.mean([r["shapes"][k] for r in runs])), 3)
@@ -461,6 +464,8 @@ def summarize(task: str, by_scheme: dict, baseline: str | None = None) -> dict:
                      "epochs_run": [epochs_run(r) for r in runs],
                      "final_metric_mean": round(float(final.mean()), 4),
                      "final_metric_spread": round(float(final.max() - final.min()), 4),
+                     "best_metric_mean": round(float(best_each.mean()), 4),
+                     "best_metric_spread": round(float(best_each.max() - best_each.min()), 4),
                      "final_seconds_mean": round(float(np.mean(
                          [r["epochs"][-1]["seconds"] for r in runs])), 1),
                      "seconds_to_target": None if seconds is None else round(seconds, 2),
@@ -494,8 +499,8 @@ def format_summary(summary: dict) -> str:
         lines.append(
             f"  {row['scheme']:24} {per_epoch}; {epochs_text(row)} epochs, end "
             f"{row['final_metric_mean']:.4f}({row['final_metric_spread']:.3f}) at "
-            f"{row['final_seconds_mean']:.1f} s; "
-            f"target at {row['seconds_to_target']} s ({row['fraction_of_baseline_time']}x), "
+            f"{row['final_seconds_mean']:.1f} s, best {row['best_metric_mean']:.4f}"
+            f"({row['best_metric_spread']:.3f}); target at {row['seconds_to_target']} s ({row['fraction_of_baseline_time']}x), "
             f"{reached}/{len(row['seeds_to_target'])} seeds; "
             f"{row.get('steps', '?')} steps x {row.get('tokens_per_step', '?')} tokens "
             f"({row.get('rows', '?')} x {row.get('length', '?')}, padding eff "
@@ -507,9 +512,10 @@ def markdown_table(summary: dict) -> str:
     """A summary as a Markdown table (one row per scheme)."""
     unit = "accuracy" if summary["metric"] == "accuracy" else "loss"
     lines = [f"| scheme | steps/epoch x tokens/step (rows x length, padding eff.) | lr | epochs | "
-             f"held-out {unit} at the end, seed mean (spread) | s at the end | "
+             f"held-out {unit} at the end, seed mean (spread) | best held-out {unit} "
+             f"(each seed's best) | s at the end | "
              f"reaches {summary['target']:.3f}: s (x baseline), seeds |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in summary["schemes"]:
         reached = sum(t is not None for t in row["seeds_to_target"])
         to = ("never" if row["seconds_to_target"] is None else
@@ -519,7 +525,8 @@ def markdown_table(summary: dict) -> str:
             f"({row.get('rows', 0):.1f} x {row.get('length', 0):.1f}, "
             f"{row.get('padding_efficiency', 0):.2f}) | {row['learning_rate']:.3g} | "
             f"{epochs_text(row)} | {row['final_metric_mean']:.3f} "
-            f"({row['final_metric_spread']:.3f}) | {row['final_seconds_mean']:.1f} | "
+            f"({row['final_metric_spread']:.3f}) | {row['best_metric_mean']:.3f} "
+            f"({row['best_metric_spread']:.3f}) | {row['final_seconds_mean']:.1f} | "
             f"{to}, {reached}/{len(row['seeds_to_target'])} |")
     return "\n".join(lines)
 

@@ -165,11 +165,24 @@ def test_summarize_runs_with_different_epoch_counts_under_a_time_budget():
     assert bucket["final_metric_mean"] == pytest.approx(0.555)  # each seed's last epoch
     assert bucket["final_metric_spread"] == pytest.approx(0.01)
     assert bucket["final_seconds_mean"] == pytest.approx(19.0)
+    assert bucket["best_metric_mean"] == pytest.approx(0.555)  # each seed's best is its last
     assert bench.epochs_text(bucket) == "3-4" and bench.epochs_text(pad) == "2"
     table = bench.markdown_table(summary)
-    assert "| bucket | 10 x 1000 (0.0 x 0.0, 0.00) | 0.003 | 3-4 | 0.555 (0.010) | 19.0 | " \
-           "16.5 (0.82x), 2/2 |" in table
-    assert "3-4 epochs, end 0.5550(0.010) at 19.0 s" in bench.format_summary(summary)
+    assert "| bucket | 10 x 1000 (0.0 x 0.0, 0.00) | 0.003 | 3-4 | 0.555 (0.010) | " \
+           "0.555 (0.010) | 19.0 | 16.5 (0.82x), 2/2 |" in table
+    assert "3-4 epochs, end 0.5550(0.010) at 19.0 s, best 0.5550(0.010)" in \
+        bench.format_summary(summary)
+
+
+def test_best_held_out_is_each_seeds_best_point_even_after_it_falls():
+    by_scheme = {"pad": [make_run([(10.0, 5.3), (20.0, 5.2)])],
+                 # Overfits: the loss rises after its second point; seed 1 is best at the end.
+                 "bucket": [make_run([(5.0, 5.25), (10.0, 5.1), (15.0, 5.3)]),
+                            make_run([(5.0, 5.4), (10.0, 5.2), (15.0, 5.15)])]}
+    bucket = bench.summarize("lm", by_scheme)["schemes"][1]
+    assert bucket["final_metric_mean"] == pytest.approx(5.225)
+    assert bucket["best_metric_mean"] == pytest.approx(5.125)  # mean of 5.1 and 5.15
+    assert bucket["best_metric_spread"] == pytest.approx(0.05)
 
 
 def test_a_scheme_suffix_must_name_a_learning_rate_rule():
