@@ -24,8 +24,9 @@ Schemes, all under the same token budget ``--max_tokens`` (cells per batch):
   bucket   ``tfseq.bucket_by_length(max_tokens=...)`` (the pipeline's ``batching="bucket"``).
   pack     ``tfseq.pack(block_length, max_tokens=...)`` (the pipeline's ``batching="pack"``).
 
-The first scheme is the baseline. Reported per scheme: held-out metric per epoch (seed mean and
-spread = max - min), mean cumulative seconds, optimizer steps and input tokens per step, and the
+The first scheme is the baseline. Reported per scheme: held-out metric per evaluation point
+(seed mean and spread = max - min), mean cumulative seconds, optimizer steps and input tokens
+per step, each seed's best point (what early stopping keeps), and the
 seconds at which the seed-mean curve first reaches the baseline's best seed-mean metric (within
 0.005 accuracy / 1% of loss; at evaluation points: each epoch's end and, with
 ``--evals_per_epoch=N``, after every ceil(steps / N) steps, the clock stopped while evaluating),
@@ -500,7 +501,8 @@ def format_summary(summary: dict) -> str:
             f"  {row['scheme']:24} {per_epoch}; {epochs_text(row)} epochs, end "
             f"{row['final_metric_mean']:.4f}({row['final_metric_spread']:.3f}) at "
             f"{row['final_seconds_mean']:.1f} s, best {row['best_metric_mean']:.4f}"
-            f"({row['best_metric_spread']:.3f}); target at {row['seconds_to_target']} s ({row['fraction_of_baseline_time']}x), "
+            f"({row['best_metric_spread']:.3f}); target at {row['seconds_to_target']} s "
+            f"({row['fraction_of_baseline_time']}x), "
             f"{reached}/{len(row['seeds_to_target'])} seeds; "
             f"{row.get('steps', '?')} steps x {row.get('tokens_per_step', '?')} tokens "
             f"({row.get('rows', '?')} x {row.get('length', '?')}, padding eff "
