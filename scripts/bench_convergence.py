@@ -24,6 +24,10 @@ Schemes, all under the same token budget ``--max_tokens`` (cells per batch):
   bucket   ``tfseq.bucket_by_length(max_tokens=...)`` (the pipeline's ``batching="bucket"``).
   pack     ``tfseq.pack(block_length, max_tokens=...)`` (the pipeline's ``batching="pack"``).
 
+``<scheme>@<n>`` gives one scheme a budget of ``n`` cells per batch instead of ``--max_tokens``
+(``bucket@1024``: bucketing whose batches carry about the real tokens of ``pad``'s 2048 cells
+when a padded batch is half padding; ``pad@1024``: half the rows).
+
 The first scheme is the baseline. Reported per scheme: held-out metric per evaluation point
 (seed mean and spread = max - min), mean cumulative seconds, optimizer steps and input tokens
 per step, each seed's best point (what early stopping keeps), and the
@@ -80,7 +84,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("tasks", ["classify", "lm"], "Tasks.")
 flags.DEFINE_list("schemes", ["pad", "tfdata", "bucket", "pack"],
                   "pad[:rows], tfdata, bucket, pack; the first is the baseline. A suffix "
-                  "/none, /sqrt or /linear overrides --lr_scaling for that scheme (bucket/sqrt).")
+                  "@<cells> overrides --max_tokens for that scheme (bucket@1024), then /none, "
+                  "/sqrt or /linear overrides --lr_scaling (bucket@1024/sqrt).")
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds.")
 flags.DEFINE_integer("epochs", 3, "Epochs per run (with --match_time: the baseline's).")
 flags.DEFINE_bool("match_time", False, "Give every scheme after the baseline the baseline's "
@@ -159,8 +164,31 @@ def skewed_corpus(out_dir: str, lines: int, seed: int = 0, vocab: int = 300,
     return paths[0], paths[1]
 
 
-def task_config(task: str, scheme: str, seed: int, data: dict):
-    """The pipeline module, model module and ``Config`` of one run."""
+def parse_scheme(label: str) -> tuple[str, int, str]:
+    """``"bucket@1024/sqrt"`` -> (``"bucket"``, 1024, ``"sqrt"``): the scheme (with ``pad``'s
+    ``:<rows>``), its token budget (``--max_tokens`` without ``@``) and its learning-rate rule
+    (``--lr_scaling`` without ``/``).
+
+    Raises:
+      ValueError: a rule other than none, sqrt or linear, or a budget that is not a positive
+        integer.
+    """
+    scheme, _, scaling = label.partition("/")
+    scaling = scaling or FLAGS.lr_scaling
+    if scaling not in ("none", "sqrt", "linear"):
+        raise ValueError(f"--schemes: {label!r}: the learning-rate rule after '/' must be none, "
+                         f"sqrt or linear")
+    scheme, at, budget = scheme.partition("@")
+    if at and not (budget.isdigit() and int(budget) > 0):
+        raise ValueError(f"--schemes: {label!r}: the token budget after '@' must be a positive "
+                         f"integer")
+    return scheme, int(budget) if at else FLAGS.max_tokens, scaling
+
+
+def task_config(task: str, scheme: str, seed: int, data: dict, max_tokens: int | None = None):
+    """The pipeline module, model module and ``Config`` of one run (``max_tokens`` cells per
+    batch, ``--max_tokens`` by default)."""
+    max_tokens = max_tokens or FLAGS.max_tokens
     name, _, rows = scheme.partition(":")
     batching = {"pad": "pad", "tfdata": "bucket", "bucket": "bucket", "pack": "pack"}[name]
     if task == "classify":
@@ -176,11 +204,11 @@ def task_config(task: str, scheme: str, seed: int, data: dict):
         kwargs = {"train_files": (train,), "eval_files": (eval_,), "format": "tsv",
                   "columns": ("label", "text") if task == "classify" else ("_", "text"),
                   "max_length": 120}
-    config = pipeline.Config(batching=batching, seed=seed, max_tokens=FLAGS.max_tokens, **kwargs)
+    config = pipeline.Config(batching=batching, seed=seed, max_tokens=max_tokens, **kwargs)
     if name == "pad":
         longest = config.max_length + (2 if task == "lm" else 0)  # lm adds <s> and </s>
         config = dataclasses.replace(
-            config, batch_size=int(rows) if rows else max(1, FLAGS.max_tokens // longest))
+            config, batch_size=int(rows) if rows else max(1, max_tokens // longest))
     return pipeline, model_module, config
 
 
@@ -343,14 +371,10 @@ def run(task: str, scheme: str, seed: int, data: dict, knob=None, value=None,
     import keras
 
     label = scheme
-    scheme, _, scaling = scheme.partition("/")
-    scaling = scaling or FLAGS.lr_scaling
-    if scaling not in ("none", "sqrt", "linear"):
-        raise ValueError(f"--schemes: {label!r}: the learning-rate rule after '/' must be none, "
-                         f"sqrt or linear")
-    pipeline, model_module, config = task_config(task, scheme, seed, data)
+    scheme, max_tokens, scaling = parse_scheme(label)
+    pipeline, model_module, config = task_config(task, scheme, seed, data, max_tokens)
     keras.utils.set_random_seed(seed)
-    with bucketing(scheme, knob, value, FLAGS.max_tokens):
+    with bucketing(scheme, knob, value, max_tokens):
         train_ds, eval_ds, info = pipeline.datasets(config)
     shapes = one_pass(train_ds)
     model_config = model_module.ModelConfig()
@@ -383,6 +407,7 @@ def run(task: str, scheme: str, seed: int, data: dict, knob=None, value=None,
     label = label if knob is None else f"{label} {knob}={value}"
     logging.info("%s %s seed %d lr %.4g: %s %s", task, label, seed, lr, epochs, shapes)
     return {"task": task, "scheme": label, "seed": seed, "batch_size": config.batch_size,
+            "max_tokens": max_tokens,
             "learning_rate": lr, "budget": budget, "shapes": shapes, "epochs": epochs}
 
 

@@ -190,6 +190,26 @@ def test_a_scheme_suffix_must_name_a_learning_rate_rule():
         bench.run("lm", "bucket/cube", 0, {})
 
 
+def test_a_scheme_may_carry_its_own_token_budget_and_learning_rate_rule():
+    bench.FLAGS.mark_as_parsed()
+    assert bench.parse_scheme("bucket") == ("bucket", 2048, "none")
+    assert bench.parse_scheme("bucket@1024/sqrt") == ("bucket", 1024, "sqrt")
+    assert bench.parse_scheme("pad:64@512") == ("pad:64", 512, "none")
+    for bad in ("bucket@/sqrt", "bucket@0", "bucket@1k"):
+        with pytest.raises(ValueError, match="after '@' must be a positive integer"):
+            bench.parse_scheme(bad)
+
+
+def test_pad_rows_follow_the_schemes_token_budget():
+    bench.FLAGS.mark_as_parsed()
+    _, _, full = bench.task_config("lm", "pad", 0, {})
+    _, _, half = bench.task_config("lm", "pad", 0, {}, max_tokens=1024)
+    _, _, bucket = bench.task_config("lm", "bucket", 0, {}, max_tokens=1024)
+    longest = full.max_length + 2  # <s> and </s>
+    assert (full.batch_size, half.batch_size) == (2048 // longest, 1024 // longest)
+    assert (full.max_tokens, half.max_tokens, bucket.max_tokens) == (2048, 1024, 1024)
+
+
 def test_mid_epoch_evaluation_points():
     assert bench.eval_interval(35, 1) is None and bench.eval_interval(1, 4) is None
     assert bench.eval_interval(35, 4) == 9  # ceil(35 / 4)
