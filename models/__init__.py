@@ -1,0 +1,1 @@
+"""Keras models of the tasks; installed as ``tfseq.models``."""

@@ -105,17 +105,17 @@ class SequenceClassifier(keras.Model):
                 "max_segments": self.max_segments}
 
 
-def build_model(config, info, model_config: ModelConfig = ModelConfig()) -> keras.Model:
-    """A compiled ``SequenceClassifier`` over ``info["vocab"]`` with ``info["num_classes"]``.
+def build_model(config, state, model_config: ModelConfig = ModelConfig()) -> keras.Model:
+    """A compiled ``SequenceClassifier`` over ``state.vocab`` and ``state.labels["label"]``.
 
     The same model (and weights) serves every ``config.batching``; a packed batch returns
-    ``config.max_segments`` columns (32 without that field). The loss is normalised by the
-    sample weight summed over all replicas (``tfseq.GlobalWeightedLoss``): on one device it is
-    the usual (weighted) mean; under a strategy with ``split_batch`` dummy rows (weight 0) it
-    leaves the update unchanged. Build it under ``strategy.scope()`` for several replicas.
+    ``config.max_segments`` columns. The loss is normalised by the sample weight summed over
+    all replicas (``tfseq.GlobalWeightedLoss``): on one device it is the usual weighted mean;
+    under a strategy with ``split_batch`` dummy rows (weight 0) it leaves the update unchanged.
+    Build it under ``strategy.scope()`` for several replicas.
     """
     model = SequenceClassifier(
-        info["vocab"].size, info["num_classes"], embedding_dim=model_config.embedding_dim,
+        state.vocab.size, len(state.labels["label"]), embedding_dim=model_config.embedding_dim,
         hidden_dim=model_config.hidden_dim, dropout=model_config.dropout,
         max_segments=getattr(config, "max_segments", 32), name="verse_classifier")
     model({"ids": tf.zeros([1, 1], tf.int32)})  # creates the weights

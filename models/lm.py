@@ -11,7 +11,7 @@ One model for every batching mode, with the same weights and the same per-token 
 keeps it over padding, so a token's logits depend on its own example's earlier tokens only. A
 piece of a long example split across rows (``resets`` false at its first step) continues from
 the previous step of its row. The loss is averaged over real target tokens only (weights 0 on
-padding, reduction ``mean_with_sample_weight``), so ``exp(loss)`` is the per-token perplexity.
+padding; ``tfseq.GlobalWeightedLoss``), so ``exp(loss)`` is the per-token perplexity.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import dataclasses
 import keras
 import tensorflow as tf
 
+from tfseq.distribute import GlobalWeightedLoss
 from tfseq.layers import ResettableRNN
 
 CELLS = {"gru": keras.layers.GRUCell, "lstm": keras.layers.LSTMCell}
@@ -90,20 +91,21 @@ class LanguageModel(keras.Model):
                 "dropout": self.dropout_rate}
 
 
-def build_model(config, info, model_config: ModelConfig = ModelConfig()) -> keras.Model:
-    """A compiled ``LanguageModel`` over ``info["vocab"]``; the same for every batching.
+def build_model(config, state, model_config: ModelConfig = ModelConfig()) -> keras.Model:
+    """A compiled ``LanguageModel`` over ``state.vocab``; the same for every batching. The loss
+    is normalised by the real target tokens summed over all replicas
+    (``tfseq.GlobalWeightedLoss``), so ``exp(loss)`` is the per-token perplexity.
 
     Raises:
       ValueError: unknown ``model_config.cell``.
     """
-    model = LanguageModel(info["vocab"].size, cell=model_config.cell,
+    model = LanguageModel(state.vocab.size, cell=model_config.cell,
                           embedding_dim=model_config.embedding_dim,
                           hidden_dim=model_config.hidden_dim, dropout=model_config.dropout,
                           name="language_model")
     model({"ids": tf.zeros([1, 1], tf.int32), "ids_length": tf.zeros([1], tf.int32)})
     model.compile(
         optimizer=keras.optimizers.Adam(model_config.learning_rate, clipnorm=1.0),
-        loss=keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, reduction="mean_with_sample_weight"),
+        loss=GlobalWeightedLoss(keras.losses.SparseCategoricalCrossentropy(from_logits=True)),
         weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
     return model

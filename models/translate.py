@@ -41,8 +41,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfseq.distribute import GlobalWeightedLoss
 from tfseq.layers import MaskedAttention, ResettableRNN
-from tfseq.text import BOS_ID, PAD_ID, UNK_ID
+from tfseq.text import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,10 +167,11 @@ class Translator(keras.Model):
                 "dropout": self.dropout_rate}
 
 
-def build_model(config, info, model_config: ModelConfig = ModelConfig()) -> keras.Model:
-    """A compiled ``Translator`` over ``info["source_vocab"]`` -> ``info["target_vocab"]``;
-    the same model for every batching."""
-    model = Translator(info["source_vocab"].size, info["target_vocab"].size,
+def build_model(config, state, model_config: ModelConfig = ModelConfig()) -> keras.Model:
+    """A compiled ``Translator`` over ``state.vocabs["source"]`` -> ``state.vocabs["target"]``;
+    the same model for every batching. The loss is normalised by the real target tokens summed
+    over all replicas (``tfseq.GlobalWeightedLoss``)."""
+    model = Translator(state.vocabs["source"].size, state.vocabs["target"].size,
                        embedding_dim=model_config.embedding_dim,
                        hidden_dim=model_config.hidden_dim, dropout=model_config.dropout,
                        name="translator")
@@ -177,8 +179,7 @@ def build_model(config, info, model_config: ModelConfig = ModelConfig()) -> kera
            "target_in": tf.ones([1, 1], tf.int32), "target_in_length": tf.ones([1], tf.int32)})
     model.compile(
         optimizer=keras.optimizers.Adam(model_config.learning_rate, clipnorm=1.0),
-        loss=keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, reduction="mean_with_sample_weight"),
+        loss=GlobalWeightedLoss(keras.losses.SparseCategoricalCrossentropy(from_logits=True)),
         weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
     return model
 
@@ -219,29 +220,27 @@ def greedy_decode(model: keras.Model, source, source_length, *, max_length: int,
     return np.pad(ids, [[0, 0], [0, max_length - ids.shape[1]]])
 
 
-def decode_examples(model: keras.Model, eval_ds: tf.data.Dataset, info: dict,
+def decode_examples(model: keras.Model, eval_ds: tf.data.Dataset, state, *, max_length: int,
                     count: int = 3) -> list[str]:
     """``count`` held-out examples as text lines: source, reference and greedy hypothesis.
 
-    ``eval_ds`` holds padded batches (``pipelines.translate`` evaluates padded in every
-    batching mode). An empty held-out set gives one line saying so."""
+    ``eval_ds`` holds padded batches (evaluation is bucketed in every mode). An empty held-out
+    set gives one line saying so."""
     first = list(eval_ds.take(1))
     if not first:
         return ["(no held-out examples to decode)"]
     features, targets, _ = first[0]
     features = {k: v[:count] for k, v in features.items()}
     hypotheses = greedy_decode(model, features["source"], features["source_length"],
-                               max_length=info["max_length"], bos_id=info["bos_id"],
-                               eos_id=info["eos_id"])
+                               max_length=max_length, bos_id=BOS_ID, eos_id=EOS_ID)
 
     def text(vocab, ids):
         words = [w.decode() for w in vocab.to_tokens(tf.constant(ids, tf.int32)).numpy()]
-        return " ".join(w for w, i in zip(words, ids) if i not in (0, info["bos_id"],
-                                                                   info["eos_id"]))
+        return " ".join(w for w, i in zip(words, ids) if i not in (0, BOS_ID, EOS_ID))
 
     lines = []
     for i in range(len(hypotheses)):
-        lines.append(f"source:     {text(info['source_vocab'], features['source'][i].numpy())}")
-        lines.append(f"reference:  {text(info['target_vocab'], targets[i].numpy())}")
-        lines.append(f"hypothesis: {text(info['target_vocab'], hypotheses[i])}")
+        lines.append(f"source:     {text(state.vocabs['source'], features['source'][i].numpy())}")
+        lines.append(f"reference:  {text(state.vocabs['target'], targets[i].numpy())}")
+        lines.append(f"hypothesis: {text(state.vocabs['target'], hypotheses[i])}")
     return lines

@@ -39,7 +39,7 @@ import gzip
 import tensorflow as tf
 
 import tfseq
-from pipelines import verses
+from tfseq.pipelines import verses
 from tfseq._common import identity
 from tfseq.tbptt import CHUNK_INDEX, RESETS, tbptt_chunks, tbptt_stream
 

@@ -1,33 +1,61 @@
-"""Where task examples come from: the user's files (``tfseq.formats``) or the embedded corpus.
+"""Where a split's records come from, and how they become rows: ``Source``.
 
-Each task pipeline asks for batches of rows with named columns (``{"text": tf.string [n],
-"label": tf.string [n]}`` for classify, ``{"text"}`` for lm, ``{"source", "target"}`` for
-translate) and does not care which source they come from. Without ``train_files`` (and, for
-translate, ``source_files``/``target_files``) the embedded verse corpus is the source
-(``pipelines.verses``).
+Shapes: n = records in a batch, m = rows kept.
+
+A task's examples start as records (``tfseq.formats``): lines of the user's TSV/CSV/text files,
+CoNLL sentences, line pairs of two aligned files, or lines of the embedded corpus. A ``Source``
+pairs the records of one split (``read``, in a deterministic order, optionally sharded) with
+the function that parses them into rows ``{column: tf.string [m]}``, counting each record it
+drops (``parse``). The training stream shuffles the records (``tfseq.resumable``), evaluation
+reads them in order; both use the same ``parse``.
+
+Which records belong to which split: with ``eval_files`` the training files are all training
+and the eval files all evaluation; without, a stable hash of each record holds out
+``eval_percent`` of the training files (counted as ``other_split`` in the split that skips it).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import os
+from typing import Callable, Sequence
+
 import tensorflow as tf
 
-import tfseq
 from tfseq import formats
-from tfseq.formats import InputError
+from tfseq.formats import InputError, RowFormat
+from tfseq.stats import DropCounter
 
 READ_BATCH = formats.READ_BATCH
 
 
-def read_lines(files, **kwargs) -> tf.data.Dataset:
-    """Every pipeline reads its lines through here (``tfseq.formats.read_lines``)."""
-    return formats.read_lines(files, **kwargs)
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One split's records and their parsing.
+
+    Attributes:
+      description: what it reads, for messages (``"train.tsv"``, ``"the embedded corpus"``).
+      files: the files read (for the input fingerprint and the number of shuffle shards).
+      read: ``(num_shards, shard_index) -> Dataset`` of ``tf.string [n]`` record batches, in
+        the same order every time.
+      parse: ``(records tf.string [n], counter) -> {column: tf.string [m]}``, the rows kept;
+        counts ``lines_read`` and each drop in ``counter`` (a graph function).
+      drop_examples: ``(limit) -> ["file:line: reason", ...]``, the first malformed records.
+      must_check: reading the records checks something that must hold before training (two
+        files line-aligned), so a run reads them once before its first step.
+    """
+
+    description: str
+    files: tuple[str, ...]
+    read: Callable[[int, int], tf.data.Dataset]
+    parse: Callable[[tf.Tensor, DropCounter], dict]
+    drop_examples: Callable[[int], list[str]] = lambda limit: []
+    must_check: bool = False
 
 
-def has_user_files(config) -> bool:
-    return bool(getattr(config, "train_files", ()))
-
-
-def user_format(config, *, required, allowed) -> tuple[list[str], formats.RowFormat]:
+def user_format(config, *, required: Sequence[str], allowed: Sequence[str]
+                ) -> tuple[list[str], RowFormat]:
     """The resolved training files and their ``RowFormat``.
 
     Raises:
@@ -39,88 +67,75 @@ def user_format(config, *, required, allowed) -> tuple[list[str], formats.RowFor
     return train, fmt
 
 
-def split_files(config, split: str, train: list[str]) -> tuple[list[str], str | None]:
-    """(files, hold-out split or None) for ``split``: ``eval_files`` when given, otherwise the
-    ``eval_percent`` hash hold-out of the training files."""
-    if config.eval_files:
-        if split == "train":
-            return train, None
-        return formats.resolve(config.eval_files, "--eval_files"), None
-    return train, split
-
-
-def user_rows(config, split: str, counter: tfseq.DropCounter, *, required, allowed,
-              **read_kwargs) -> tf.data.Dataset:
-    """Batches of rows ``{column: tf.string [n]}`` of ``split`` from the user's files."""
+def user_source(config, split: str, *, required: Sequence[str],
+                allowed: Sequence[str]) -> Source:
+    """The records of ``split`` from the user's files (``train_files``, ``eval_files``)."""
     train, fmt = user_format(config, required=required, allowed=allowed)
-    files, hold_out = split_files(config, split, train)
-    return formats.read_rows(files, fmt, counter, split=hold_out,
-                             eval_percent=config.eval_percent, **read_kwargs)
+    if config.eval_files and split == "eval":
+        files, hold_out = formats.resolve(config.eval_files, "--eval_files"), None
+    elif config.eval_files:
+        files, hold_out = train, None
+    else:
+        files, hold_out = train, split
+
+    def read(num_shards: int = 1, shard_index: int = 0):
+        return formats.read_records(files, fmt, num_shards=num_shards, shard_index=shard_index,
+                                    in_order=True)
+
+    def parse(records, counter):
+        return formats.parse_rows(records, fmt, counter, split=hold_out,
+                                  eval_percent=config.eval_percent)
+
+    return Source(", ".join(files), tuple(files), read, parse,
+                  lambda limit: formats.drop_examples(files, fmt, limit=limit))
 
 
-def drop_examples(config, *, required, allowed, limit: int = 5) -> list[str]:
-    """The first ``limit`` malformed lines of the user's files as ``"file:line: reason"``."""
-    if not has_user_files(config):
-        return []
-    train, fmt = user_format(config, required=required, allowed=allowed)
-    files = list(train)
-    if config.eval_files:
-        files += formats.resolve(config.eval_files, "--eval_files")
-    return formats.drop_examples(files, fmt, limit=limit)
-
-
-def build_vocab(config, texts: tf.data.Dataset, what: str = "") -> tfseq.Vocab:
-    """The vocabulary: ``config.vocab_path`` loaded, learned (``config.tokenizer`` wordpiece or
-    sentencepiece with ``config.vocab_size``), or counted (``Vocab.build``) over ``texts``
-    (``tf.string [n]`` batches of training text).
+def aligned_source(config, split: str) -> Source:
+    """The line pairs of ``source_files``/``target_files`` (``columns`` ``source, target``),
+    ``eval_percent`` of them held out by a hash of the pair.
 
     Raises:
-      InputError: ``wordpiece``/``sentencepiece`` without ``vocab_size`` or ``vocab_path``, or no
-        token in the training text.
+      InputError: one side missing, with ``train_files``, or unequal numbers of files.
     """
-    if config.vocab_path:
-        try:
-            return tfseq.Vocab.load(config.vocab_path)
-        except (ValueError, FileNotFoundError) as e:
-            raise InputError(f"--vocab: {e}") from None
-    if config.tokenizer in tfseq.text.LEARNED_TOKENIZERS:
-        if not config.vocab_size:
-            raise InputError(f"--tokenizer={config.tokenizer} needs --vocab_size=N (to learn "
-                             "a vocabulary from the training files) or --vocab=PATH")
-        vocab = tfseq.Vocab.learn(texts, tokenizer=config.tokenizer, vocab_size=config.vocab_size,
-                                  max_lines=config.vocab_max_lines, lowercase=config.lowercase)
-    else:
-        if config.lowercase:
-            import tensorflow_text as tf_text
-            texts = texts.map(tf_text.case_fold_utf8)
-        vocab = tfseq.Vocab.build(texts, tokenizer=config.tokenizer, min_count=config.min_count,
-                                  max_size=config.max_vocab)
-    if len(vocab) <= len(tfseq.text.RESERVED):
-        raise InputError(f"No {what + ' ' if what else ''}text to build a vocabulary from: no "
-                         "training line parsed (check --format, --columns and --header; the "
-                         "report's drop counts say why lines were dropped)")
-    return vocab
+    if not (config.source_files and config.target_files):
+        raise InputError("--source_files and --target_files go together (line-aligned plain "
+                         "text); or give --train_files with --columns=source,target")
+    if config.train_files or config.eval_files:
+        raise InputError("--source_files/--target_files replace --train_files/--eval_files "
+                         "(a hashed --eval_percent of the pairs is held out)")
+    sources = formats.resolve(config.source_files, "--source_files")
+    targets = formats.resolve(config.target_files, "--target_files")
+    if len(sources) != len(targets):
+        raise InputError(f"--source_files matches {len(sources)} files but --target_files "
+                         f"{len(targets)}; they pair up in sorted order")
+    fmt = RowFormat(formats.PAIR, ("source", "target"))
+
+    def read(num_shards: int = 1, shard_index: int = 0):
+        return formats.read_aligned(sources, targets, num_shards=num_shards,
+                                    shard_index=shard_index)
+
+    def parse(records, counter):
+        return formats.parse_rows(records, fmt, counter, split=split,
+                                  eval_percent=config.eval_percent)
+
+    return Source(", ".join(sources + targets), tuple(sources + targets), read, parse,
+                  must_check=True)
 
 
-def truncate_or_drop(config, counter: tfseq.DropCounter, key: str, max_length: int,
-                     min_length: int = 1):
-    """``config.long_examples``: ``"truncate"`` cuts ``key`` (int32 ``[n, (T)]``) to
-    ``max_length`` (counted under seen ``truncated``), ``"drop"`` drops longer examples
-    (``too_long``); examples shorter than ``min_length`` are dropped (``too_short``)."""
-    if config.long_examples not in ("truncate", "drop"):
-        raise InputError(f"--long_examples must be truncate or drop; received "
-                         f"{config.long_examples!r}")
-
-    def apply(ds):
-        if config.long_examples == "truncate":
-            def cut(example):
-                ids = example[key]
-                longer = tf.reduce_sum(tf.cast(ids.row_lengths() > max_length, tf.int64))
-                with tf.control_dependencies([counter.note("truncated", longer)]):
-                    return {**example, key: ids[:, :max_length]}
-            ds = ds.map(cut, num_parallel_calls=tf.data.AUTOTUNE)
-            return ds.apply(tfseq.filter_by_length(min_length=min_length, counter=counter))
-        return ds.apply(tfseq.filter_by_length(min_length=min_length, max_length=max_length,
-                                               counter=counter))
-
-    return apply
+def fingerprint(files: Sequence[str]) -> list[dict]:
+    """Per file: path, size and a hash of its first and last MiB and of 64 blocks spread over
+    it (cheap at any size; an append or an edit changes it)."""
+    out = []
+    for path in files:
+        size = os.path.getsize(path)
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for start in sorted({0, max(0, size - (1 << 20))}):
+                f.seek(start)
+                digest.update(f.read(1 << 20))
+            for k in range(64):
+                f.seek(size * k // 64)
+                digest.update(f.read(4096))
+        out.append({"path": os.path.abspath(path), "bytes": size,
+                    "sample_sha256": digest.hexdigest()})
+    return out

@@ -1,30 +1,54 @@
-"""Task registry: ``--task`` name -> (pipeline module, model module).
+"""Task registry: ``--task`` name -> the task object.
 
-A pipeline module has a frozen dataclass ``Config`` and ``datasets(config) -> (train_ds,
-eval_ds, info)``; a model module has ``build_model(config, info) -> compiled keras.Model``.
+The text tasks (classify, lm, translate, tag) are ``spine.TextTask`` instances: everything a
+binary does with them (prepare, train, evaluate, export, predict) goes through that interface.
+The other tasks (documents: nested sentences; ctr: MultiSlot slots; lm_tbptt: truncated BPTT
+over streams) have pipelines of their own shape, wrapped in ``OwnPipelineTask``: a module with
+a ``Config`` and ``datasets(config) -> (train_ds, eval_ds, info)`` and a model module with
+``build_model(config, info, model_config)``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
-TASKS = {
-    "classify": ("pipelines.classify", "models.classifier"),
-    "lm": ("pipelines.lm", "models.lm"),
-    "translate": ("pipelines.translate", "models.translate"),
-    "documents": ("pipelines.documents", "models.hierarchical"),
-    "ctr": ("pipelines.ctr", "models.ctr"),
-    "lm_tbptt": ("pipelines.lm_tbptt", "models.stateful_lm"),  # --task=lm --tbptt=N
-}
+SPINE = {"classify": "classify", "lm": "lm", "translate": "translate", "tag": "tag"}
+OWN = {"documents": ("documents", "hierarchical"), "ctr": ("ctr", "ctr"),
+       "lm_tbptt": ("lm_tbptt", "stateful_lm")}
+TASKS = sorted(SPINE) + sorted(OWN)
 
 
-def load(task: str):
-    """Returns ``(pipeline_module, model_module)`` for ``task``.
+@dataclasses.dataclass(frozen=True)
+class OwnPipelineTask:
+    """A task whose pipeline is not on the spine (see the module docstring)."""
+
+    name: str
+    pipeline: object
+    model_module: object
+
+    @property
+    def Config(self):  # noqa: N802 (the task's config class, as on the spine)
+        return self.pipeline.Config
+
+    def model_config(self, **overrides):
+        return dataclasses.replace(self.model_module.ModelConfig(), **overrides)
+
+    def build_model(self, config, info, model_config=None):
+        return self.model_module.build_model(config, info,
+                                             model_config or self.model_module.ModelConfig())
+
+
+def load(name: str):
+    """The task called ``name``.
 
     Raises:
       ValueError: an unknown task (the message lists the known ones).
     """
-    if task not in TASKS:
-        raise ValueError(f"Unknown task {task!r}; available: {sorted(TASKS)}")
-    pipeline, model = TASKS[task]
-    return importlib.import_module(pipeline), importlib.import_module(model)
+    if name in SPINE:
+        return importlib.import_module(f"tfseq.pipelines.{SPINE[name]}").TASK
+    if name in OWN:
+        pipeline, model = OWN[name]
+        return OwnPipelineTask(name, importlib.import_module(f"tfseq.pipelines.{pipeline}"),
+                               importlib.import_module(f"tfseq.models.{model}"))
+    raise ValueError(f"Unknown task {name!r}; available: {TASKS}")

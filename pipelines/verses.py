@@ -1,9 +1,13 @@
-"""The embedded verse corpus as a source of rows for the classify, lm and translate tasks.
+"""The embedded verse corpus as the default ``Source`` of the classify, lm and translate tasks.
 
 A line is ``book<TAB>chapter<TAB>verse<TAB>text`` (see ``tfseq/data/README.md``). For
 classification the label is the book's section of the canon (7 classes,
 ``tfseq.corpus.SECTION_NAMES``); a verse is held out for evaluation when a hash of ``book
-chapter verse`` falls in the first ``eval_percent`` of 100 buckets.
+chapter verse`` falls in the first ``eval_percent`` of 100 buckets (``formats.in_eval_split``).
+Line N of the English file translates line N of the Spanish one.
+
+Drop reasons: ``malformed`` (not 4 tab-separated fields), ``unknown_book`` (classify),
+``misaligned`` / ``empty_source`` / ``empty_target`` (translate), ``other_split``.
 """
 
 from __future__ import annotations
@@ -11,74 +15,22 @@ from __future__ import annotations
 import tensorflow as tf
 
 import tfseq
-from pipelines import sources
-from tfseq._common import is_ragged_batch
+from tfseq.pipelines.sources import READ_BATCH, Source
+from tfseq import formats
 from tfseq.corpus import BOOK_TO_SECTION, SECTION_NAMES
 
-READ_BATCH = sources.READ_BATCH  # lines per batch on the vectorized path
 CLASS_NAMES = SECTION_NAMES
 
 
 def parse(lines: tf.Tensor) -> dict[str, tf.Tensor]:
-    """``tf.string`` line(s), ``[]`` or ``[n]`` -> ``{"key": "book chapter verse", "book",
-    "text", "ok"}`` of the same shape (vectorized: one call per batch of lines).
-
-    ``ok`` is false when a line does not have exactly 4 tab-separated fields (the other
-    features are then padded with empty strings, so the caller can count and drop it).
-    """
-    if lines.shape.rank == 0:
-        return {k: v[0] for k, v in parse(lines[tf.newaxis]).items()}
+    """``tf.string [n]`` lines -> ``{"key": "book chapter verse", "book", "text", "ok"}``
+    (vectorized). ``ok`` is false when a line does not have exactly 4 tab-separated fields
+    (the other features are then empty strings, so the caller can count and drop it)."""
     fields = tf.strings.split(lines, "\t")
     ok = tf.equal(fields.row_lengths(), 4)
     fields = fields.to_tensor("", shape=[None, 4])
     return {"key": tf.strings.reduce_join(fields[:, :3], axis=1, separator=" "),
             "book": fields[:, 0], "text": fields[:, 3], "ok": ok}
-
-
-def in_eval_split(key: tf.Tensor, eval_percent: int) -> tf.Tensor:
-    """bool scalar: whether the verse ``key`` is held out (a stable hash in the first
-    ``eval_percent`` of 100 buckets, as in ``pipelines.classify``)."""
-    return tf.strings.to_hash_bucket_fast(key, 100) < eval_percent
-
-
-def shift_targets(ids: tf.Tensor, lengths: tf.Tensor):
-    """Teacher forcing on a padded batch of ``<s> ... </s>`` rows.
-
-    Args:
-      ids: int32 ``[B, T]`` padded with 0, each row ``<s> w1 .. wn </s>``.
-      lengths: int32 ``[B]`` row lengths (``n + 2``).
-
-    Returns:
-      ``(inputs [B, T-1], input_lengths [B], targets [B, T-1], weights float32 [B, T-1])``:
-      inputs are ``<s> w1 .. wn``, targets ``w1 .. wn </s>``, weights 1 on real targets and 0
-      on padding.
-
-    Example::
-
-        ids      [[2, 7, 8, 3], [2, 9, 3, 0]]   lengths [4, 3]
-        inputs   [[2, 7, 8],    [2, 9, 3]]      input_lengths [3, 2]
-        targets  [[7, 8, 3],    [9, 3, 0]]      weights [[1, 1, 1], [1, 1, 0]]
-    """
-    targets = ids[:, 1:]
-    return ids[:, :-1], lengths - 1, targets, tf.cast(tf.not_equal(targets, 0), tf.float32)
-
-
-def batch(ds: tf.data.Dataset, config, *, training: bool) -> tf.data.Dataset:
-    """``config.batching``: ``"pad"`` (``config.batch_size``) or ``"bucket"`` under
-    ``config.max_tokens``; lengths may exceed ``config.max_length`` by the 2 BOS/EOS ids.
-
-    ``ds`` holds examples or ragged batches of them; ``"pad"`` unbatches ragged batches and,
-    when training, shuffles the examples (``config.shuffle_buffer``) before padding."""
-    if config.batching == "pad":
-        if is_ragged_batch(ds.element_spec):
-            ds = tfseq.unbatch(ds)
-            if training:
-                ds = ds.shuffle(config.shuffle_buffer, seed=config.seed,
-                                reshuffle_each_iteration=True)
-        return ds.apply(tfseq.pad_batch(config.batch_size))
-    return ds.apply(tfseq.bucket_by_length(
-        max_tokens=config.max_tokens, max_length=config.max_length + 2,
-        seed=config.seed if training else None))
 
 
 def section_table() -> tf.lookup.StaticHashTable:
@@ -90,25 +42,90 @@ def section_table() -> tf.lookup.StaticHashTable:
         default_value="")
 
 
-def classify_rows(files, split: str, counter: tfseq.DropCounter, eval_percent: int,
-                  **read_kwargs) -> tf.data.Dataset:
-    """Batches ``{"text": tf.string [n], "label": tf.string [n] (section name)}`` of one split
-    of the verse files, every drop counted (``malformed``, ``unknown_book``, ``other_split``)."""
-    table = section_table()
-    counter.register("malformed", "unknown_book", "other_split")
-    want_eval = split == "eval"
+def _files(config, name: str = "kjv_en") -> list[str]:
+    return list(config.files) or [tfseq.corpus_path(name)]
 
-    def parse_and_keep(lines):
-        example = parse(lines)
-        labels = table.lookup(example["book"])
-        keep = counter.keep_if({
-            "malformed": tf.logical_not(example["ok"]),
-            "unknown_book": tf.equal(labels, ""),
-            "other_split": tf.not_equal(in_eval_split(example["key"], eval_percent), want_eval),
-        })
-        return {"text": tf.boolean_mask(example["text"], keep),
+
+def _read(files, max_lines: int = 0):
+    """``(num_shards, shard_index) -> record batches`` of ``files`` in order (the first
+    ``max_lines`` lines only, if set)."""
+
+    def read(num_shards: int = 1, shard_index: int = 0):
+        if max_lines:
+            ds = tfseq.text_lines(files, num_parallel_reads=1).take(max_lines)
+            return ds.shard(num_shards, shard_index).batch(READ_BATCH)
+        return tfseq.text_lines(files, batch_size=READ_BATCH, num_parallel_reads=1,
+                                num_shards=num_shards, shard_index=shard_index)
+
+    return read
+
+
+def _other_split(key, config, split):
+    return tf.not_equal(formats.in_eval_split(key, config.eval_percent), split == "eval")
+
+
+def classify_source(config, split: str) -> Source:
+    """Rows ``{"text", "label": section name}`` of the verse files of ``split``."""
+    files = _files(config)
+    table = section_table()
+
+    def parse_rows(lines, counter):
+        counter.register("malformed", "unknown_book", "other_split")
+        read = counter.note("lines_read", tf.size(lines, out_type=tf.int64))
+        verse = parse(lines)
+        labels = table.lookup(verse["book"])
+        with tf.control_dependencies([read]):
+            keep = counter.keep_if({"malformed": tf.logical_not(verse["ok"]),
+                                    "unknown_book": tf.equal(labels, ""),
+                                    "other_split": _other_split(verse["key"], config, split)})
+        return {"text": tf.boolean_mask(verse["text"], keep),
                 "label": tf.boolean_mask(labels, keep)}
 
-    ds = sources.read_lines(files, batch_size=READ_BATCH, **read_kwargs)
-    ds = ds.apply(counter.tally("lines_read", rows=True))
-    return ds.map(parse_and_keep, num_parallel_calls=tf.data.AUTOTUNE)
+    return Source(", ".join(files), tuple(files), _read(files), parse_rows)
+
+
+def text_source(config, split: str) -> Source:
+    """Rows ``{"text"}`` of the verses of ``config.corpus`` (the first ``config.max_lines``)."""
+    files = _files(config, config.corpus)
+
+    def parse_rows(lines, counter):
+        counter.register("malformed", "other_split")
+        read = counter.note("lines_read", tf.size(lines, out_type=tf.int64))
+        verse = parse(lines)
+        with tf.control_dependencies([read]):
+            keep = counter.keep_if({"malformed": tf.logical_not(verse["ok"]),
+                                    "other_split": _other_split(verse["key"], config, split)})
+        return {"text": tf.boolean_mask(verse["text"], keep)}
+
+    return Source(", ".join(files), tuple(files), _read(files, config.max_lines), parse_rows)
+
+
+def pair_source(config, split: str) -> Source:
+    """Rows ``{"source": English verse, "target": Spanish verse}`` (records: the two lines
+    joined by ``"\\n"``), held out by the English ``book chapter verse``."""
+    files = [tfseq.corpus_path("kjv_en"), tfseq.corpus_path("rv1909_es")]
+
+    def read(num_shards: int = 1, shard_index: int = 0):
+        pairs = tf.data.Dataset.zip(*(tfseq.text_lines(f) for f in files))
+        if config.max_lines:
+            pairs = pairs.take(config.max_lines)
+        return pairs.shard(num_shards, shard_index).map(
+            lambda s, t: s + "\n" + t).batch(READ_BATCH)
+
+    def parse_rows(records, counter):
+        counter.register("malformed", "misaligned", "empty_target", "empty_source",
+                         "other_split")
+        read_op = counter.note("lines_read", tf.size(records, out_type=tf.int64))
+        halves = tf.strings.split(records, "\n", maxsplit=1).to_tensor("", shape=[None, 2])
+        source, target = parse(halves[:, 0]), parse(halves[:, 1])
+        with tf.control_dependencies([read_op]):
+            keep = counter.keep_if({
+                "malformed": tf.logical_not(source["ok"] & target["ok"]),
+                "misaligned": tf.not_equal(source["key"], target["key"]),
+                "empty_target": tf.strings.regex_full_match(target["text"], r"\s*"),
+                "empty_source": tf.strings.regex_full_match(source["text"], r"\s*"),
+                "other_split": _other_split(source["key"], config, split)})
+        return {"source": tf.boolean_mask(source["text"], keep),
+                "target": tf.boolean_mask(target["text"], keep)}
+
+    return Source("the embedded English/Spanish corpus", tuple(files), read, parse_rows)

@@ -192,12 +192,12 @@ def task_config(task: str, scheme: str, seed: int, data: dict, max_tokens: int |
     name, _, rows = scheme.partition(":")
     batching = {"pad": "pad", "tfdata": "bucket", "bucket": "bucket", "pack": "pack"}[name]
     if task == "classify":
-        from models import classifier as model_module
-        from pipelines import classify as pipeline
+        from tfseq.models import classifier as model_module
+        from tfseq.pipelines import classify as pipeline
         kwargs = {"files": (data["verses"],)} if data.get("verses") else {}
     else:
-        from models import lm as model_module
-        from pipelines import lm as pipeline
+        from tfseq.models import lm as model_module
+        from tfseq.pipelines import lm as pipeline
         kwargs = {"max_lines": FLAGS.lm_max_lines}
     if data.get("skewed"):
         train, eval_ = data["skewed"]

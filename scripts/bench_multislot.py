@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tensorflow as tf  # noqa: E402
 
-from pipelines import ctr  # noqa: E402
+from tfseq.pipelines import ctr  # noqa: E402
 from tfseq import multislot  # noqa: E402
 
 FLAGS = flags.FLAGS

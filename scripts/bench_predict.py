@@ -62,8 +62,8 @@ def main(argv):
     import tensorflow as tf
 
     import tfseq
-    from models import classifier
-    from pipelines import classify
+    from tfseq.models import classifier
+    from tfseq.pipelines import classify
     from scripts.export import export_run
     from scripts.predict import predict_files
 

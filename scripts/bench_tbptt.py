@@ -75,7 +75,7 @@ VARIANTS = {"full": ("sequences", False, False), "independent": ("sequences", Tr
 
 
 def config_for(variant: str, files: list[str], vocab_path: str | None, text_field: int | None):
-    from pipelines import lm_tbptt
+    from tfseq.pipelines import lm_tbptt
 
     mode, chunked, carry = VARIANTS[variant]
     return lm_tbptt.Config(
@@ -94,8 +94,8 @@ def run_worker(spec: str) -> dict:
     """Trains one variant in this process and returns its measurements."""
     import keras
 
-    from models import stateful_lm
-    from pipelines import lm_tbptt
+    from tfseq.models import stateful_lm
+    from tfseq.pipelines import lm_tbptt
 
     spec = json.loads(spec)
     dataset, variant = spec["dataset"], spec["variant"]
@@ -138,7 +138,7 @@ def prepare(work_dir: str) -> dict:
     """``name -> (files, text field, vocabulary path)``; each vocabulary is built once, from
     its dataset's training split."""
     import tfseq
-    from pipelines import lm_tbptt
+    from tfseq.pipelines import lm_tbptt
 
     names = list(FLAGS.datasets) if FLAGS["datasets"].present or not FLAGS.files else []
     verses = tfseq.corpus_path("kjv_en")

@@ -108,5 +108,10 @@ def main(argv):
     server.join()
 
 
-if __name__ == "__main__":
+def run():
+    """The ``tfseq-data-service`` command."""
     app.run(main)
+
+
+if __name__ == "__main__":
+    run()

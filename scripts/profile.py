@@ -23,7 +23,8 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __name__ == "__main__":  # python scripts/profile.py, from a checkout
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
 
@@ -247,5 +248,10 @@ def main(argv):
             json.dump({"rows": rows, "model_check": verdict, "drops": counter.drops()}, f, indent=2)
 
 
-if __name__ == "__main__":
+def run():
+    """The ``tfseq-profile`` command."""
     app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -66,7 +66,7 @@ def train_tiny(task, model_dir, steps=3, **config):
     """Trains ``task`` for a few steps on the tiny corpus; returns ``(config, model, info)``."""
     import dataclasses  # noqa: F401
 
-    from pipelines import tasks
+    from tfseq.pipelines import tasks
 
     pipeline, model_module = tasks.load(task)
     config = pipeline.Config(**config)

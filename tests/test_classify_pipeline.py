@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from models import classifier
-from pipelines import classify
+from tfseq.models import classifier
+from tfseq.pipelines import classify
 
 BOOKS = ["Gen", "Ps", "Isa", "Matt", "Rom", "Rev", "Josh"]
 

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import to_python
-from models import ctr as ctr_model
-from pipelines import ctr
+from tfseq.models import ctr as ctr_model
+from tfseq.pipelines import ctr
 
 
 def test_auc_by_ranks():

@@ -9,8 +9,8 @@ import tensorflow as tf
 
 import tfseq
 from conftest import to_list, to_python
-from models import hierarchical
-from pipelines import documents
+from tfseq.models import hierarchical
+from tfseq.pipelines import documents
 
 
 def test_group_runs():

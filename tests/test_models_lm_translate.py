@@ -8,9 +8,9 @@ import pytest
 import tensorflow as tf
 
 import tfseq
-from models import lm as lm_model
-from models import translate as translate_model
-from pipelines import lm, translate, verses
+from tfseq.models import lm as lm_model
+from tfseq.models import translate as translate_model
+from tfseq.pipelines import lm, translate, verses
 
 LM_CONFIG = lm.Config(max_lines=400, min_count=1, max_vocab=500, batch_size=16, max_length=30)
 TRANSLATE_CONFIG = translate.Config(max_lines=400, min_count=1, max_vocab=500, batch_size=16,

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import tfseq
-from models import classifier, lm as lm_model
+from tfseq.models import classifier, lm as lm_model
 from tfseq.layers import AttentionPooling
 from tfseq.training import Trainer
 

@@ -1,4 +1,4 @@
-"""The whole-part packing plan (tfseq._pack_plan) and its dense layout (packing._lay_out_rows)."""
+"""The whole-part packing plan (tfseq._pack_plan) and its dense layout (_pack_layout.lay_out_rows)."""
 
 import numpy as np
 import tensorflow as tf
@@ -6,7 +6,7 @@ from hypothesis import example, given, settings, strategies as st
 
 import tfseq
 from conftest import to_list
-from tfseq import _pack_plan, packing
+from tfseq import _pack_layout, _pack_plan
 
 _plan = tf.function(_pack_plan.plan_part, reduce_retracing=True)
 
@@ -89,8 +89,8 @@ def test_lay_out_rows_matches_the_general_layout():
     row_of, seg_of, rows, order = _plan(lengths, 64, 64)
     src = tf.gather(tf.cumsum(lengths, exclusive=True), order)
     take, row, seg = (tf.gather(x, order) for x in (lengths, row_of, seg_of))
-    fast = packing._lay_out_rows(values, src, take, row, rows, 64)
-    general = packing._lay_out(values, src, take, row, seg, tf.zeros_like(row, tf.bool), rows,
+    fast = _pack_layout.lay_out_rows(values, src, take, row, rows, 64)
+    general = _pack_layout.lay_out(values, src, take, row, seg, tf.zeros_like(row, tf.bool), rows,
                                64)
     for a, b in zip(fast, general):
         assert a.numpy().tolist() == b.numpy().tolist()

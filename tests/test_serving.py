@@ -212,7 +212,7 @@ def test_export_binary_restores_checkpoint_or_replica_weights(tiny_exports, tmp_
 
 @pytest.mark.slow
 def test_translate_export_matches_greedy_decode(tmp_path):
-    from models import translate as translate_model
+    from tfseq.models import translate as translate_model
 
     corpus = write_tiny_corpus(tmp_path / "tiny.tsv")
     config, model, info = train_tiny("translate", None, steps=1, source_files=(corpus,),

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tfseq
-from models.stateful_lm import ModelConfig, StatefulLM, build_model
-from pipelines import lm_tbptt
+from tfseq.models.stateful_lm import ModelConfig, StatefulLM, build_model
+from tfseq.pipelines import lm_tbptt
 
 T, F = True, False
 

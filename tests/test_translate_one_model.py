@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 import tfseq
-from models import translate as translate_model
-from pipelines import translate
+from tfseq.models import translate as translate_model
+from tfseq.pipelines import translate
 
 VOCAB = tfseq.Vocab(list(tfseq.text.RESERVED) + [f"w{i}" for i in range(30)])
 

@@ -125,7 +125,7 @@ def test_missing_and_empty_files_are_input_errors(tmp_path):
 
 @pytest.mark.slow
 def test_classify_datasets_on_tsv_labels_drops_and_unknown_eval_label(classify_tsv):
-    from pipelines import classify
+    from tfseq.pipelines import classify
 
     train, evals = classify_tsv
     config = classify.Config(train_files=(train,), eval_files=(evals,), header=True,
@@ -143,7 +143,7 @@ def test_classify_datasets_on_tsv_labels_drops_and_unknown_eval_label(classify_t
 
 @pytest.mark.slow
 def test_classify_truncates_long_examples_by_default(tmp_path):
-    from pipelines import classify
+    from tfseq.pipelines import classify
 
     path = tmp_path / "t.tsv"
     path.write_text("a\t" + " ".join(["w"] * 20) + "\nb\tshort one\n")
@@ -156,7 +156,7 @@ def test_classify_truncates_long_examples_by_default(tmp_path):
 
 
 def test_translate_mismatched_line_counts_name_both_files(tmp_path):
-    from pipelines import translate
+    from tfseq.pipelines import translate
 
     (tmp_path / "a.en").write_text("one\ntwo\nthree\n")
     (tmp_path / "a.es").write_text("uno\ndos\n")

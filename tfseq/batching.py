@@ -13,6 +13,8 @@ With ``ragged=True``: ``ids`` is ``<tf.RaggedTensor [[5, 6, 7], [8]]>`` and no l
 
 from __future__ import annotations
 
+import dataclasses
+
 import tensorflow as tf
 
 from tfseq._common import LENGTH_SUFFIX, Transform, check_positive_int, example_keys, unbatch
@@ -64,3 +66,185 @@ def pad_batch(batch_size: int, *, ragged: bool = False, drop_remainder: bool = F
         return out.prefetch(tf.data.AUTOTUNE) if prefetch else out
 
     return apply
+
+
+# ----------------------------------------------------------------------------- the seam
+
+MODES = ("pad", "bucket", "pack")
+DEFAULT_POOL_BUDGETS = 256   # bucket: budgets of tokens per pool
+PAD_POOL_BATCHES = 64        # pad: batches per pool
+PACK_POOL_BATCHES = 128      # pack: batches' worth of tokens per pool
+_FUSE_SHIFT = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class Batching:
+    """How examples become batches: the one seam between tasks and ``pad_batch`` |
+    ``bucket_by_length`` | ``pack``.
+
+    A task says which mode and budgets; the seam gives the streaming transformation (evaluation,
+    ``training_pipeline``), the pool batcher of a resumable stream (``tfseq.resumable``) and the
+    pools' size, so a task never branches on the mode.
+
+    Attributes:
+      mode: ``"pad"`` (``batch_size`` rows in arrival order), ``"bucket"`` (``max_tokens``
+        cells, examples of similar length) or ``"pack"`` (rows of ``block_length`` tokens
+        holding several examples, ``max_tokens`` cells).
+      batch_size: rows per batch for ``"pad"``.
+      max_tokens: cells (rows x padded length) per batch for ``"bucket"`` and ``"pack"``.
+      max_length: the longest example, in tokens over every sequence feature (``"bucket"``
+        drops and counts longer ones as ``too_long``); ``None``: the budget's.
+      block_length: ``"pack"``: the row length, or several (each example goes into the
+        shortest that holds it; one sequence feature, after ``aligned`` fusion).
+      max_segments: ``"pack"``: examples per row and the width of the scalar tables.
+      boundaries: ``"bucket"``: inclusive upper lengths of the buckets; ``()``: every length
+        its own bucket (the most efficient).
+      long_examples: ``"pack"``: ``"split"``, ``"truncate"`` or ``"drop"`` examples longer
+        than a row (``tfseq.pack``).
+      aligned: ``"pack"``: pairs ``(feature, primary)`` of sequence features with the lengths
+        of ``primary`` (tags of tokens, next-token targets): packed in the same cells as
+        ``primary`` (two ids in one int64 while packing), so the packer sees one feature.
+
+    Raises:
+      ValueError: an unknown mode or a budget that is not positive (naming it).
+    """
+
+    mode: str = "bucket"
+    batch_size: int = 64
+    max_tokens: int = 2048
+    max_length: int | None = None
+    block_length: int | tuple[int, ...] = 128
+    max_segments: int | None = None
+    boundaries: tuple[int, ...] = ()
+    long_examples: str = "truncate"
+    aligned: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"Unknown batching {self.mode!r}; expected one of {MODES}")
+        check_positive_int("batch_size", self.batch_size)
+        check_positive_int("max_tokens", self.max_tokens)
+        check_positive_int("max_length", self.max_length, allow_none=True)
+
+    def scaled(self, n: int) -> "Batching":
+        """The batching of one global batch shared by ``n`` replicas: ``n`` times the rows
+        (``"pad"``) or the cells (``"bucket"``, ``"pack"``) of one replica's budget."""
+        return dataclasses.replace(self, batch_size=self.batch_size * n,
+                                   max_tokens=self.max_tokens * n)
+
+    @property
+    def pool_size(self) -> dict:
+        """When a resumable stream's pool closes: ``{"pool_tokens": n}`` or
+        ``{"pool_examples": n}``."""
+        if self.mode == "pad":
+            return {"pool_examples": PAD_POOL_BATCHES * self.batch_size}
+        if self.mode == "bucket":
+            return {"pool_tokens": DEFAULT_POOL_BUDGETS * self.max_tokens}
+        return {"pool_tokens": PACK_POOL_BATCHES * self.max_tokens}
+
+    def pool_batcher(self, counter=None):
+        """The pool batcher of this mode: ``pool_batches(pool, pool_seed)`` (every example of
+        one pool in batches) and ``finish(element)`` (one of them -> a batch)."""
+        if self.mode == "pad":
+            return _PadPools(self.batch_size)
+        if self.mode == "bucket":
+            from tfseq.bucketing import Bucketer
+            return Bucketer(**self._bucket_args(shuffle=True, seed=0), counter=counter)
+        return _Fused(self._packer(counter), self.aligned)
+
+    def transform(self, *, training: bool, seed: int | None = None, counter=None) -> Transform:
+        """The streaming transformation: ragged batches (or examples) -> batches. With
+        ``training`` the order inside pools is shuffled from ``seed``; without, arrival order
+        is kept where the mode allows (evaluation)."""
+        if self.mode == "pad":
+            return pad_batch(self.batch_size)
+        if self.mode == "bucket":
+            from tfseq.bucketing import bucket_by_length
+            return bucket_by_length(**self._bucket_args(shuffle=training, seed=seed),
+                                    counter=counter)
+        fused = _Fused(self._packer(counter), self.aligned)
+        return fused.transform
+
+    def _bucket_args(self, *, shuffle: bool, seed) -> dict:
+        return dict(max_tokens=self.max_tokens, max_length=self.max_length,
+                    boundaries=list(self.boundaries) or None, shuffle=shuffle, seed=seed)
+
+    def _packer(self, counter):
+        from tfseq.packing import Packer
+        block = self.block_length
+        return Packer(list(block) if isinstance(block, tuple) else block,
+                      max_tokens=self.max_tokens, long_examples=self.long_examples,
+                      max_segments=self.max_segments, counter=counter)
+
+
+class _PadPools:
+    """``"pad"`` pools: the pool's examples in arrival order, ``batch_size`` per batch."""
+
+    def __init__(self, batch_size: int):
+        self.batch_size = batch_size
+
+    def pool_batches(self, pool, pool_seed):
+        del pool_seed  # arrival order: the records come shuffled
+        first = next(v for v in pool.values())
+        rows = first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
+        rows = tf.cast(rows, tf.int64)
+        size = tf.constant(self.batch_size, tf.int64)
+        sizes = tf.minimum(size, rows - tf.range(0, rows, size))
+        return {k: tf.RaggedTensor.from_row_lengths(
+            v, tf.cast(sizes, v.row_splits.dtype if isinstance(v, tf.RaggedTensor) else tf.int64),
+            validate=False) for k, v in pool.items()}
+
+    def finish(self, rows):
+        batch = {}
+        for k, v in rows.items():
+            if isinstance(v, tf.RaggedTensor):
+                batch[k] = v.to_tensor(0)
+                batch[k + LENGTH_SUFFIX] = tf.cast(v.row_lengths(), tf.int32)
+            else:
+                batch[k] = v
+        return batch
+
+
+class _Fused:
+    """A packer whose ``aligned`` features ride in the cells of their primary feature: both
+    ids in one int64 (primary << 32 | aligned) while packing, split again after."""
+
+    def __init__(self, packer, aligned):
+        self.packer = packer
+        self.aligned = tuple(aligned)
+
+    def _fuse(self, examples):
+        examples = dict(examples)
+        for name, primary in self.aligned:
+            high = tf.cast(examples[primary], tf.int64)
+            low = tf.cast(examples.pop(name), tf.int64)
+            fused = tf.bitwise.bitwise_or(tf.bitwise.left_shift(high, _FUSE_SHIFT), low)
+            examples[primary] = fused
+        return examples
+
+    def _split(self, batch, dtypes):
+        batch = dict(batch)
+        for name, primary in self.aligned:
+            fused = batch[primary]
+            batch[name] = tf.cast(tf.bitwise.bitwise_and(fused, (1 << _FUSE_SHIFT) - 1),
+                                  dtypes[name])
+            batch[primary] = tf.cast(tf.bitwise.right_shift(fused, _FUSE_SHIFT), dtypes[primary])
+        return batch
+
+    def _dtypes(self, spec):
+        return {k: spec[k].dtype for pair in self.aligned for k in pair}
+
+    def pool_batches(self, pool, pool_seed):
+        self._pool_dtypes = {k: pool[k].dtype for pair in self.aligned for k in pair}
+        return self.packer.pool_batches(self._fuse(pool), pool_seed)
+
+    def finish(self, element):
+        return self._split(self.packer.finish(element), getattr(self, "_pool_dtypes", {}))
+
+    def transform(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        if not self.aligned:
+            return dataset.apply(self.packer.transform)
+        dtypes = self._dtypes(dataset.element_spec)
+        fused = dataset.map(self._fuse, num_parallel_calls=tf.data.AUTOTUNE)
+        return fused.apply(self.packer.transform).map(
+            lambda b: self._split(b, dtypes), num_parallel_calls=tf.data.AUTOTUNE)

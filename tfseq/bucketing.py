@@ -1,36 +1,42 @@
 """Length bucketing and token-budget batching: ``bucket_by_length`` and ``fit_boundaries``.
 
-Shapes: B = batch (rows), T = time (tokens), W = pool size (examples).
+Shapes: B = batch (rows), T = time (tokens), W = pool size (examples), K = examples kept in a
+pool, N = batches of a pool.
 
-How it batches (pool, sort, split, carry, shuffle), all in the tf.data graph:
+How it batches (pool, sort, cut, carry, shuffle), all in the tf.data graph. Each step is a
+stage of ``Bucketer`` (the validated arguments, a frozen dataclass) that can be run alone:
 
-1. The stream is gathered into pools of consecutive examples, whole input batches at a time
-   (input of single examples is first batched ``ragged_batch(256)``). With a token budget a
-   pool closes once it holds ``pool_tokens`` tokens (default ``DEFAULT_POOL_BUDGETS``
-   budgets' worth, so a pool holds about that many batches whatever the lengths); with a
-   fixed ``batch_size``, or when ``pool_size`` is given, once it holds ``pool_size``
-   examples (counting the input read since the last pool closed; the tail carried from that
-   pool, step 5, comes on top). The end of the input closes the last pool (found by looking
-   one input batch ahead, so it also works on each worker of the ``tf.data`` service).
-   Filling is a cheap per-batch ``scan``; the sorting and cutting of steps 2-6 run in a
-   second ``scan`` once per pool, which emits the pool's batches as slices of one gather.
+1. **Fill pools** (``tfseq._pools.fill_pools``). The stream is gathered into pools of
+   consecutive examples, whole input batches at a time (input of single examples is first
+   batched ``ragged_batch(256)``). With a token budget a pool closes once it holds
+   ``pool_tokens`` tokens (default ``DEFAULT_POOL_BUDGETS`` budgets' worth, so a pool holds
+   about that many batches whatever the lengths); with a fixed ``batch_size``, or when
+   ``pool_size`` is given, once it holds ``pool_size`` examples (counting the input read since
+   the last pool closed; the tail carried from that pool, step 5, comes on top). The end of
+   the input closes the last pool (found by looking one input batch ahead, so it also works on
+   each worker of the ``tf.data`` service). Filling is a cheap per-batch ``scan``; the sorting
+   and cutting of steps 2-6 (``split_pool``) run in a second ``scan`` once per pool, which
+   emits the pool's batches as slices of one gather.
 2. Examples longer than ``max_length`` are dropped and counted under ``"too_long"`` (one
    vectorized counter update per pool).
-3. Each pool is ordered longest bucket first; inside a bucket the order is random (seeded).
-   With no ``boundaries``/``bucket_width`` every length is its own bucket, so the pool is
-   sorted by length and equal lengths are shuffled among themselves.
-4. The ordered pool is cut greedily into batches: each batch takes as many rows as fit the
-   budget, ``rows x padded length <= max_tokens``, where the padded length is the longest
-   example of the batch (or its bucket boundary with ``pad_to_boundary``), with the row count
-   rounded down to ``batch_multiple``. A batch may run past the end of a bucket into the next,
-   shorter one; that is what stops every bucket from leaving a part-filled batch behind.
-5. The pool's last batch (the remainder of its shortest bucket) is not emitted: its examples
-   start the next pool. With a budget, so are the batches that fill less than 90% of their
-   cells (lengths too sparse in this pool), worst first, up to 8 budgets' worth. Only the
-   end of the stream emits a part-filled batch, so every batch but the last has a multiple
-   of ``batch_multiple`` rows, and the pools lose no step to their tails.
-6. The other batches of a pool are emitted in a random (seeded) order; at the end of the
-   stream the last batch comes last.
+3. **Order the pool** (``order_pool``): longest bucket first; inside a bucket the order is
+   random (seeded). With no ``boundaries``/``bucket_width`` every length is its own bucket, so
+   the pool is sorted by length and equal lengths are shuffled among themselves.
+4. **Cut** (``cut``): the ordered pool is cut greedily into batches: each batch takes as many
+   rows as fit the budget, ``rows x padded length <= max_tokens``, where the padded length is
+   the longest example of the batch (or its bucket boundary with ``pad_to_boundary``), with
+   the row count rounded down to ``batch_multiple``. A batch may run past the end of a bucket
+   into the next, shorter one; that is what stops every bucket from leaving a part-filled
+   batch behind.
+5. **Carry** (``choose_carried``): the pool's last batch (the remainder of its shortest
+   bucket) is not emitted: its examples start the next pool. With a budget, so are the
+   batches that fill less than 90% of their cells (lengths too sparse in this pool), worst
+   first, up to 8 budgets' worth. Only the end of the stream emits a part-filled batch, so
+   every batch but the last has a multiple of ``batch_multiple`` rows, and the pools lose no
+   step to their tails.
+6. **Shuffle the batches** (``shuffle_batches``): the other batches of a pool are emitted in a
+   random (seeded) order; at the end of the stream the last batch comes last.
+7. **Pad** (``pad``): each batch's rows become dense ``[B, T]`` tensors.
 
 Worked example: lengths 1..10 in this order, ``boundaries=[3, 7, 11]``, ``max_tokens=20``,
 ``shuffle=False`` (input order kept inside a bucket, batches emitted longest first), one pool.
@@ -57,11 +63,31 @@ max 512) 0.77 / 0.85 / 0.91 / 0.95.
 
 Batches keep the element contract: each sequence feature becomes int ``[B, T]`` padded with 0
 plus ``"<name>_length"`` int32 ``[B]``; scalar features become ``[B]``. The length used for
-buckets and budgets is the max over the sequence features (``source``/``target`` pairs).
+buckets and budgets is the max over the sequence features (``source``/``target`` pairs)::
+
+    {"ids": TensorSpec([None, None], int32), "ids_length": TensorSpec([None], int32),
+     "label": TensorSpec([None], int32)}
+
+Pool-level entry points, for a pipeline that gathers its own pools (``Bucketer`` takes the
+arguments of ``bucket_by_length`` and validates them the same way):
+
+* ``Bucketer(...).pool_batches(pool, pool_seed)``: one pool -> its batches, as the stream
+  made of that pool alone would emit them (nothing carried; drops counted).
+* ``Bucketer(...).finish(element)``: one of those batches -> the padded batch.
+* ``Bucketer(...).split_pool(pool, pool_seed, is_last)``: the same with the carry: also
+  returns the tail to put in front of the next pool.
+
+Example::
+
+    bucketer = Bucketer(max_tokens=8192, seed=0)
+    batches = bucketer.pool_batches(pool, tf.constant(7, tf.int64))   # [N, (B), (T)] ragged
+    ds = tf.data.Dataset.from_tensor_slices(batches).map(bucketer.finish)
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from typing import Mapping, Sequence
 
@@ -69,7 +95,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfseq._common import (LENGTH_SUFFIX, Transform, batch_lengths, check_positive_int,
-                           example_keys, mark_last)
+                           example_keys)
+from tfseq._pools import PoolLists, check_pool, fill_pools
 from tfseq.stats import DropCounter, resolve_counter
 
 DEFAULT_POOL_SIZE = 32768      # examples per pool with a fixed batch_size
@@ -145,63 +172,74 @@ def _unwrap_flat_ragged(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset
 
 
-class _PoolArrays:
-    """The flat arrays a pool is kept in while it fills: per key, a tensor list of the batches'
-    flat values and (ragged keys) one of their int32 row lengths.
+def _checked(max_tokens, batch_size, boundaries, bucket_width, max_length, batch_multiple,
+             pad_to_boundary, length_noise, pool_size, pool_tokens, seed):
+    """``bucket_by_length``'s argument checks (raises as it documents); returns the resolved
+    ``(boundaries, max_length, pool_size, pool_tokens)``."""
+    if (max_tokens is None) == (batch_size is None):
+        raise ValueError(
+            "Give exactly one of max_tokens and batch_size; received "
+            f"max_tokens={max_tokens!r}, batch_size={batch_size!r}")
+    check_positive_int("max_tokens", max_tokens, allow_none=True)
+    check_positive_int("batch_size", batch_size, allow_none=True)
+    check_positive_int("bucket_width", bucket_width, allow_none=True)
+    check_positive_int("max_length", max_length, allow_none=True)
+    check_positive_int("batch_multiple", batch_multiple)
+    check_positive_int("pool_size", pool_size, allow_none=True)
+    check_positive_int("pool_tokens", pool_tokens, allow_none=True)
+    if boundaries is not None and bucket_width is not None:
+        raise ValueError(
+            "Give at most one of boundaries and bucket_width; received "
+            f"boundaries={boundaries!r}, bucket_width={bucket_width!r}")
+    if boundaries is not None:
+        boundaries = _check_boundaries(boundaries)
+    if max_tokens is not None:
+        if max_length is None:
+            max_length = max_tokens // batch_multiple
+        if max_length * batch_multiple > max_tokens:
+            raise ValueError(
+                "max_tokens must hold batch_multiple rows of max_length tokens; received "
+                f"max_tokens={max_tokens}, max_length={max_length}, "
+                f"batch_multiple={batch_multiple}")
+    if batch_size is not None and batch_size % batch_multiple:
+        raise ValueError(
+            f"batch_size must be a multiple of batch_multiple={batch_multiple}; "
+            f"received batch_size={batch_size}")
+    if boundaries is not None and max_length is not None and boundaries[-1] > max_length:
+        raise ValueError(
+            f"boundaries must not exceed max_length={max_length} (which defaults to "
+            f"max_tokens // batch_multiple); received boundaries={boundaries!r}")
+    if (pad_to_boundary and max_length is None and bucket_width is None):
+        raise ValueError(
+            "pad_to_boundary with batch_size needs max_length (the padded length of the last "
+            f"bucket) or bucket_width; received max_length=None, boundaries={boundaries!r}")
+    if isinstance(length_noise, bool) or not isinstance(length_noise, (int, float)):
+        raise TypeError(f"length_noise must be a float; received length_noise={length_noise!r}")
+    if not 0.0 <= length_noise < 1.0:
+        raise ValueError(f"length_noise must be in [0, 1); received length_noise={length_noise!r}")
+    if pool_size is None and pool_tokens is None:
+        if max_tokens is not None:
+            pool_tokens = DEFAULT_POOL_BUDGETS * max_tokens
+        else:
+            pool_size = max(DEFAULT_POOL_SIZE, 64 * batch_size)
+            pool_size = -(-pool_size // batch_multiple) * batch_multiple
+    if pool_size is not None and pool_size % batch_multiple:
+        raise ValueError(
+            f"pool_size must be a multiple of batch_multiple={batch_multiple}; "
+            f"received pool_size={pool_size}")
+    if batch_size is not None and pool_size is not None and pool_size < batch_size:
+        raise ValueError(
+            f"pool_size must be at least batch_size={batch_size}; received pool_size={pool_size}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise TypeError(f"seed must be an int or None; received seed={seed!r}")
 
-    Appending a batch is amortized O(1) (no copy of the pool so far); the pool is
-    concatenated once, when it closes. Shapes: W = rows in the pool.
-    """
+    return boundaries, max_length, pool_size, pool_tokens
 
-    def __init__(self, spec):
-        self.keys = sorted(spec)
-        self.spec = spec
-        self.ragged = {k: isinstance(spec[k], tf.RaggedTensorSpec) for k in self.keys}
-        self.dtypes = []
-        for k in self.keys:
-            self.dtypes += [spec[k].dtype, tf.int32] if self.ragged[k] else [spec[k].dtype]
 
-    def parts(self, batch) -> list[tf.Tensor]:
-        """A ragged batch (or pool) -> its flat arrays, in ``dtypes`` order."""
-        out = []
-        for k in self.keys:
-            if self.ragged[k]:
-                out += [batch[k].flat_values, tf.cast(batch[k].row_lengths(), tf.int32)]
-            else:
-                out.append(batch[k])
-        return out
-
-    def empty(self) -> tuple:
-        return tuple(tf.raw_ops.EmptyTensorList(element_shape=[-1], max_num_elements=-1,
-                                                element_dtype=d) for d in self.dtypes)
-
-    def push(self, arrays, batch) -> tuple:
-        return tuple(tf.raw_ops.TensorListPushBack(input_handle=a, tensor=p)
-                     for a, p in zip(arrays, self.parts(batch)))
-
-    def assemble(self, arrays) -> dict:
-        """The lists -> one pool: ragged keys int ``RaggedTensor [W, (T)]`` (int32 splits),
-        the other keys ``[W]``."""
-        flat = [tf.raw_ops.TensorListConcatV2(
-            input_handle=a, element_shape=[-1], leading_dims=tf.zeros([0], tf.int64),
-            element_dtype=d)[0] for a, d in zip(arrays, self.dtypes)]
-        pool, i = {}, 0
-        for k in self.keys:
-            if self.ragged[k]:
-                pool[k] = tf.RaggedTensor.from_row_lengths(flat[i], flat[i + 1], validate=False)
-                i += 2
-            else:
-                pool[k] = flat[i]
-                i += 1
-        return pool
-
-    def assemble_both(self, first, second) -> dict:
-        """Two sets of lists -> one pool: ``first``'s rows, then ``second``'s."""
-        return self.assemble(tuple(
-            tf.raw_ops.TensorListPushBack(input_handle=a, tensor=tf.raw_ops.TensorListConcatV2(
-                input_handle=b, element_shape=[-1], leading_dims=tf.zeros([0], tf.int64),
-                element_dtype=d)[0])
-            for a, b, d in zip(first, second, self.dtypes)))
+def _batch_seeds(seed: int | None) -> tf.data.Dataset:
+    """The int64 seeds zipped with the input batches; a pool is ordered with the seed of its
+    last batch. A new sequence each pass over the data, the same sequence on every run."""
+    return tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
 
 
 def _bucket_upper(lengths: tf.Tensor, boundaries, bucket_width, max_length) -> tf.Tensor:
@@ -353,104 +391,59 @@ def bucket_by_length(
       >>> [b["ids"].numpy().tolist() for b in ds]
       [[[2, 3, 4], [5, 6, 0]], [[1]]]
     """
-    if (max_tokens is None) == (batch_size is None):
-        raise ValueError(
-            "Give exactly one of max_tokens and batch_size; received "
-            f"max_tokens={max_tokens!r}, batch_size={batch_size!r}")
-    check_positive_int("max_tokens", max_tokens, allow_none=True)
-    check_positive_int("batch_size", batch_size, allow_none=True)
-    check_positive_int("bucket_width", bucket_width, allow_none=True)
-    check_positive_int("max_length", max_length, allow_none=True)
-    check_positive_int("batch_multiple", batch_multiple)
-    check_positive_int("pool_size", pool_size, allow_none=True)
-    check_positive_int("pool_tokens", pool_tokens, allow_none=True)
-    if boundaries is not None and bucket_width is not None:
-        raise ValueError(
-            "Give at most one of boundaries and bucket_width; received "
-            f"boundaries={boundaries!r}, bucket_width={bucket_width!r}")
-    if boundaries is not None:
-        boundaries = _check_boundaries(boundaries)
-    if max_tokens is not None:
-        if max_length is None:
-            max_length = max_tokens // batch_multiple
-        if max_length * batch_multiple > max_tokens:
-            raise ValueError(
-                "max_tokens must hold batch_multiple rows of max_length tokens; received "
-                f"max_tokens={max_tokens}, max_length={max_length}, "
-                f"batch_multiple={batch_multiple}")
-    if batch_size is not None and batch_size % batch_multiple:
-        raise ValueError(
-            f"batch_size must be a multiple of batch_multiple={batch_multiple}; "
-            f"received batch_size={batch_size}")
-    if boundaries is not None and max_length is not None and boundaries[-1] > max_length:
-        raise ValueError(
-            f"boundaries must not exceed max_length={max_length} (which defaults to "
-            f"max_tokens // batch_multiple); received boundaries={boundaries!r}")
-    if (pad_to_boundary and max_length is None and bucket_width is None):
-        raise ValueError(
-            "pad_to_boundary with batch_size needs max_length (the padded length of the last "
-            f"bucket) or bucket_width; received max_length=None, boundaries={boundaries!r}")
-    if isinstance(length_noise, bool) or not isinstance(length_noise, (int, float)):
-        raise TypeError(f"length_noise must be a float; received length_noise={length_noise!r}")
-    if not 0.0 <= length_noise < 1.0:
-        raise ValueError(f"length_noise must be in [0, 1); received length_noise={length_noise!r}")
-    if pool_size is None and pool_tokens is None:
-        if max_tokens is not None:
-            pool_tokens = DEFAULT_POOL_BUDGETS * max_tokens
-        else:
-            pool_size = max(DEFAULT_POOL_SIZE, 64 * batch_size)
-            pool_size = -(-pool_size // batch_multiple) * batch_multiple
-    if pool_size is not None and pool_size % batch_multiple:
-        raise ValueError(
-            f"pool_size must be a multiple of batch_multiple={batch_multiple}; "
-            f"received pool_size={pool_size}")
-    if batch_size is not None and pool_size is not None and pool_size < batch_size:
-        raise ValueError(
-            f"pool_size must be at least batch_size={batch_size}; received pool_size={pool_size}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise TypeError(f"seed must be an int or None; received seed={seed!r}")
+    return Bucketer(max_tokens=max_tokens, batch_size=batch_size, boundaries=boundaries,
+                    bucket_width=bucket_width, max_length=max_length,
+                    batch_multiple=batch_multiple, pad_to_boundary=pad_to_boundary,
+                    length_noise=length_noise, pool_size=pool_size, pool_tokens=pool_tokens,
+                    shuffle=shuffle, seed=seed, counter=counter).transform
 
-    randomized = shuffle or length_noise > 0
-    sorted_by_length = boundaries is None and bucket_width is None and length_noise == 0
-    buckets = boundaries if boundaries is not None else bucket_width
-    counter = resolve_counter(counter)
-    if max_length is not None:
-        counter.register("too_long")
 
-    def padded_length(lengths):
-        if pad_to_boundary:
-            return _bucket_upper(lengths, boundaries, bucket_width, max_length)
-        return tf.maximum(lengths, 1)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Bucketer:
+    """``bucket_by_length``'s arguments, validated, and the stages of its algorithm.
 
-    def order_pool(lengths, pool_seed, keep):
-        """Sort and cut one pool.
+    Takes the arguments of ``bucket_by_length`` (same defaults, same checks and errors). Once
+    built, ``boundaries`` is a tuple and ``max_length``, ``pool_size``, ``pool_tokens`` and
+    ``counter`` hold their resolved defaults. ``transform`` is the streaming transformation;
+    ``pool_batches`` / ``finish`` (and ``split_pool``, with the carry) run it on pools
+    gathered elsewhere; the other methods are the stages of the module docstring, each
+    testable alone.
 
-        Args:
-          lengths: int32 [W], each example's length; pool_seed: int64 scalar.
-          keep: bool [W] or None, false on the examples dropped as too long.
+    A *pool* is a dict of int ``RaggedTensor [W, (T)]`` (sequence features) and ``[W]``
+    tensors (scalar features).
+    """
 
-        Returns:
-          (order int32 [K] indices of the kept examples in batch order, starts int32 [N],
-          sizes int32 [N]): the greedy cut of ``order``, in pool order (not yet shuffled).
-        """
-        seed_a = tf.stack([pool_seed, tf.constant(1, tf.int64)])
-        seed_b = tf.stack([pool_seed, tf.constant(2, tf.int64)])
-        order = tf.range(tf.size(lengths))
-        if shuffle:
-            order = tf.random.experimental.stateless_shuffle(tf.range(tf.size(lengths)),
-                                                             seed=seed_a)
-        key = _sort_key(tf.gather(lengths, order), boundaries, bucket_width, length_noise,
-                        seed_b)
-        if keep is not None:  # dropped examples sort last (keys are >= 0) and are cut off
-            key = tf.where(tf.gather(keep, order), key, -1.0)
-        order = tf.gather(order, tf.argsort(key, direction="DESCENDING", stable=True))
-        if keep is not None:
-            order = order[:tf.reduce_sum(tf.cast(keep, tf.int32))]
-        starts, sizes = _cut(padded_length(tf.gather(lengths, order)), max_tokens,
-                             batch_size, batch_multiple, descending=sorted_by_length)
-        return order, starts, sizes
+    max_tokens: int | None = None
+    batch_size: int | None = None
+    boundaries: Sequence[int] | None = None
+    bucket_width: int | None = None
+    max_length: int | None = None
+    batch_multiple: int = 1
+    pad_to_boundary: bool = False
+    length_noise: float = 0.0
+    pool_size: int | None = None
+    pool_tokens: int | None = None
+    shuffle: bool = True
+    seed: int | None = None
+    counter: DropCounter | None = dataclasses.field(default=None, compare=False, repr=False)
 
-    def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    def __post_init__(self):
+        boundaries, max_length, pool_size, pool_tokens = _checked(
+            self.max_tokens, self.batch_size, self.boundaries, self.bucket_width,
+            self.max_length, self.batch_multiple, self.pad_to_boundary, self.length_noise,
+            self.pool_size, self.pool_tokens, self.seed)
+        resolved = {"boundaries": None if boundaries is None else tuple(boundaries),
+                    "max_length": max_length, "pool_size": pool_size,
+                    "pool_tokens": pool_tokens, "counter": resolve_counter(self.counter)}
+        for name, value in resolved.items():
+            object.__setattr__(self, name, value)
+        if max_length is not None:
+            self.counter.register("too_long")
+
+    # ----- the streaming transformation
+
+    def transform(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """The ``bucket_by_length`` transformation (see there)."""
         dataset = _unwrap_flat_ragged(dataset)
         keys, batched = example_keys(dataset.element_spec, "bucket_by_length")
         if not batched:  # examples -> small ragged batches; one code path from here on
@@ -458,109 +451,24 @@ def bucket_by_length(
             dataset = dataset.map(lambda b: {k: (tf.RaggedTensor.from_tensor(
                 v, row_splits_dtype=tf.int32) if k in keys and not isinstance(
                     v, tf.RaggedTensor) else v) for k, v in b.items()})
-        arrays = _PoolArrays(dataset.element_spec)
-        if randomized:  # one seed per input batch: new orders each pass over the data
-            seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
-            stream = mark_last(tf.data.Dataset.zip(dataset, seeds))
+        lists = PoolLists(dataset.element_spec)
+        if self.shuffle or self.length_noise > 0:
+            # One seed per input batch: new orders each pass over the data.
+            chunks = tf.data.Dataset.zip(dataset, _batch_seeds(self.seed))
         else:  # no second source to zip (on the tf.data service every source is split)
-            stream = mark_last(dataset.map(lambda b: (b, tf.constant(0, tf.int64))))
-        zero = tf.constant(0, tf.int64)
+            chunks = dataset.map(lambda b: (b, tf.constant(0, tf.int64)))
 
-        def close_pool(tail, inputs):
-            """One closed pool (a ``scan`` step whose state is the carried tail): the tail
-            plus the pool's batches, sorted and cut; emits the batches but the under-filled
-            ones (``choose_carried``), which are the next tail. At the end of the stream every
-            batch is emitted, the tail last. Returns (next tail, output)."""
-            lists, pool_seed, is_last = inputs
-            pool = arrays.assemble_both(tail, lists)
-            lengths = batch_lengths(pool, keys)
-            keep = None
-            if max_length is not None:  # one counter update per pool, not a call per example
-                keep = counter.keep_if({"too_long": lengths > max_length})
-            order, starts, sizes = order_pool(lengths, pool_seed, keep)
-            batch_of = tf.repeat(tf.range(tf.size(starts)), sizes)  # [K] batch of each row
-            carry = choose_carried(tf.gather(lengths, order), batch_of, sizes)
-            carry &= tf.logical_not(is_last)
-            carried = tf.boolean_mask(order, tf.gather(carry, batch_of))
-            tail = arrays.push(arrays.empty(), {k: tf.gather(v, carried) for k, v in pool.items()})
-            emitted = tf.logical_not(carry)
-            if shuffle:  # random order; at the end of the stream the last batch comes last
-                last = tf.equal(tf.range(tf.size(starts)), tf.size(starts) - 1)
-                noise = tf.random.stateless_uniform(
-                    tf.shape(starts), seed=tf.stack([tf.constant(1, tf.int64), pool_seed]))
-                batch_order = tf.argsort(tf.where(last, 2.0, noise))
-                starts, sizes = tf.gather(starts, batch_order), tf.gather(sizes, batch_order)
-                emitted = tf.gather(emitted, batch_order)
-            starts, sizes = tf.boolean_mask(starts, emitted), tf.boolean_mask(sizes, emitted)
-            # The emitted rows, gathered once in emission order: batch i is rows
-            # [sum(sizes[:i]), sum(sizes[:i + 1])), so the batches are slices, not gathers.
-            rows = tf.gather(order, tf.ragged.range(starts, starts + sizes).flat_values)
-            batches = {k: tf.RaggedTensor.from_row_lengths(tf.gather(v, rows), sizes,
-                                                           validate=False)
-                       for k, v in pool.items()}
-            return tail, batches
-
-        def choose_carried(ordered_lengths, batch_of, sizes):
-            """bool [N]: the batches that wait for the next pool instead of going out now.
-
-            The pool's last batch (the remainder of its shortest bucket) always waits, so
-            every batch but the stream's last is full and a multiple of ``batch_multiple``.
-            With a token budget, so do the batches that fill less than ``_CARRY_FILL`` of
-            their cells with real tokens (lengths too sparse in this pool to fill a batch
-            evenly), worst first, up to ``_CARRY_BUDGETS`` budgets of cells: with the next
-            pool's examples they sort into fuller batches.
-            """
-            num = tf.size(sizes)
-            last = tf.equal(tf.range(num), num - 1)
-            if max_tokens is None:
-                return last
-            width = tf.math.segment_max(padded_length(ordered_lengths), batch_of)
-            real = tf.math.segment_sum(ordered_lengths, batch_of)
-            cells = sizes * width
-            fill = tf.cast(real, tf.float32) / tf.cast(tf.maximum(cells, 1), tf.float32)
-            priority = tf.where(last, -1.0, tf.where(fill < _CARRY_FILL, fill, 2.0))
-            worst_first = tf.argsort(priority, stable=True)
-            within_cap = tf.cumsum(tf.gather(cells, worst_first)) <= _CARRY_BUDGETS * max_tokens
-            chosen = (tf.gather(priority, worst_first) < 2.0) & (
-                within_cap | tf.equal(tf.range(num), 0))
-            return tf.scatter_nd(worst_first[:, None], chosen, [num])
-
-        def gather_pool(state, inputs):
-            """Appends an input batch to the pool being filled; emits the pool's arrays once
-            it is full (or the stream ends). The sort and cut run in a second ``scan``,
-            once per pool."""
-            rows, tokens, lists = state
-            is_last, (batch, pool_seed) = inputs
-            lists = arrays.push(lists, batch)
+        def measure(batch):
             lengths = batch_lengths(batch, keys)
-            rows += tf.size(lengths, out_type=tf.int64)
-            tokens += tf.reduce_sum(tf.cast(tf.maximum(lengths, 1), tf.int64))
-            ready = is_last | (tokens >= pool_tokens if pool_tokens else False)
-            if pool_size is not None:
-                ready |= rows >= pool_size
-            state = tf.cond(ready, lambda: (zero, zero, arrays.empty()),
-                            lambda: (rows, tokens, lists))
-            return state, (ready, (lists, pool_seed, is_last))
+            return (tf.size(lengths, out_type=tf.int64),
+                    tf.reduce_sum(tf.cast(tf.maximum(lengths, 1), tf.int64)))
 
-        static_width = max_length if pad_to_boundary and buckets is None else None
-
-        def take(rows):
-            """One batch's rows (sequence keys int ``[B, (T)]``, scalars ``[B]``) -> padded."""
-            row_lengths = {k: tf.cast(rows[k].row_lengths(), tf.int32) for k in keys}
-            size = tf.size(row_lengths[keys[0]])
-            if pad_to_boundary:
-                longest = tf.reduce_max(tf.stack([tf.reduce_max(r) for r in
-                                                  row_lengths.values()]))
-                width = padded_length(longest[tf.newaxis])[0]
-            batch = {}
-            for k, v in rows.items():
-                if k in keys:
-                    shape = tf.stack([size, width]) if pad_to_boundary else None
-                    batch[k] = tf.ensure_shape(v.to_tensor(0, shape=shape), [None, static_width])
-                    batch[k + LENGTH_SUFFIX] = row_lengths[k]
-                else:
-                    batch[k] = v
-            return batch
+        def close_pool(tail, closed):
+            """A ``scan`` step per pool; its state is the carried tail (``split_pool``)."""
+            is_last, pool_lists, pool_seed = closed
+            batches, tail = self.split_pool(lists.concat_both(tail, pool_lists), pool_seed,
+                                            is_last)
+            return lists.push(lists.empty(), tail), batches
 
         plain = tf.autograph.experimental.do_not_convert
         # prefetch(1) after the pools: the next pool is read, tokenized and sorted while this
@@ -568,12 +476,208 @@ def bucket_by_length(
         # sorted one waiting, one filling) plus one carried tail. Two scans: the per-batch one
         # only appends; the per-pool one sorts, cuts, carries and gathers the emitted rows once
         # in emission order, so each batch is a slice (no gather from the pool per batch).
-        pools = (stream.scan((zero, zero, arrays.empty()), plain(gather_pool))
-                 .filter(plain(lambda ready, closed: ready))
-                 .map(plain(lambda ready, closed: closed)))
-        return (pools.scan(arrays.empty(), plain(close_pool))
+        pools = fill_pools(chunks, lists, measure, max_tokens=self.pool_tokens,
+                           max_rows=self.pool_size)
+        return (pools.scan(lists.empty(), plain(close_pool))
                 .filter(plain(lambda batches: batches[keys[0]].nrows() > 0))
                 .prefetch(1).flat_map(plain(tf.data.Dataset.from_tensor_slices))
-                .map(plain(take), num_parallel_calls=tf.data.AUTOTUNE))
+                .map(plain(self.pad), num_parallel_calls=tf.data.AUTOTUNE))
 
-    return apply
+    # ----- pool-level entry points
+
+    @tf.autograph.experimental.do_not_convert
+    def pool_batches(self, pool: Mapping[str, tf.Tensor], pool_seed) -> dict:
+        """One pool -> its batches, as ``transform`` emits them for a stream of this pool
+        alone: every kept example once, nothing carried, the batches in emission order.
+
+        Works eagerly and inside ``Dataset.map`` / ``Dataset.scan`` functions. Examples over
+        ``max_length`` are dropped and counted in ``counter``.
+
+        Args:
+          pool: dict of int ``RaggedTensor [W, (T)]`` (sequence features) and ``[W]`` tensors.
+          pool_seed: int64 scalar (tensor or int), orders the pool and its batches (the
+            streaming transformation uses the seed of the pool's last input batch).
+
+        Returns:
+          The same keys, each ``RaggedTensor [N, (B), (T)]`` (sequence features) or
+          ``[N, (B)]`` (scalars): batch i is ``tf.nest.map_structure(lambda x: x[i], out)``,
+          or an element of ``Dataset.from_tensor_slices(out)``; ``finish`` pads it.
+
+        Raises:
+          TypeError: ``pool`` is not a dict.
+          ValueError: ``pool`` has no ragged sequence feature or a feature of another shape.
+        """
+        pool = check_pool(pool, "Bucketer.pool_batches")
+        pool_seed = tf.cast(pool_seed, tf.int64)
+        if tf.inside_function():
+            return self._last_pool_batches(pool, pool_seed)
+        return self._traced_last_pool_batches(pool, pool_seed)
+
+    @tf.autograph.experimental.do_not_convert
+    def finish(self, element: Mapping[str, tf.Tensor]) -> dict:
+        """One batch of ``pool_batches`` (sequence features ``[B, (T)]``, scalars ``[B]``) ->
+        the padded batch ``transform`` emits (``pad``)."""
+        return self.pad(element)
+
+    def split_pool(self, pool: Mapping[str, tf.Tensor], pool_seed: tf.Tensor, is_last):
+        """Stages 2-6 on one pool: drops, order, cut, carry, batch order.
+
+        Args:
+          pool: dict of int ``RaggedTensor [W, (T)]`` with int32 row splits and ``[W]``
+            tensors: the tail carried from the previous pool, then the new examples.
+          pool_seed: int64 scalar.
+          is_last: bool (scalar tensor or Python), the stream ends with this pool: nothing
+            is carried and the pool's last batch is emitted last.
+
+        Returns:
+          ``(batches, tail)``: ``batches`` as ``pool_batches`` returns them (the emitted
+          ones); ``tail`` a pool of the carried examples ``[C, (T)]`` / ``[C]``, to put in
+          front of the next pool.
+        """
+        keys = [k for k, v in pool.items() if isinstance(v, tf.RaggedTensor)]
+        lengths = batch_lengths(pool, keys)
+        keep = None
+        if self.max_length is not None:  # one counter update per pool, not a call per example
+            keep = self.counter.keep_if({"too_long": lengths > self.max_length})
+        order = self.order_pool(lengths, pool_seed, keep)
+        ordered_lengths = tf.gather(lengths, order)
+        starts, sizes = self.cut(ordered_lengths)
+        carry = self.choose_carried(ordered_lengths, sizes) & tf.logical_not(is_last)
+        carried = tf.boolean_mask(order, tf.repeat(carry, sizes))
+        tail = {k: tf.gather(v, carried) for k, v in pool.items()}
+        starts, sizes = self.shuffle_batches(starts, sizes, tf.logical_not(carry), pool_seed)
+        # The emitted rows, gathered once in emission order: batch i is rows
+        # [sum(sizes[:i]), sum(sizes[:i + 1])), so the batches are slices, not gathers.
+        rows = tf.gather(order, tf.ragged.range(starts, starts + sizes).flat_values)
+        batches = {k: tf.RaggedTensor.from_row_lengths(tf.gather(v, rows), sizes,
+                                                       validate=False)
+                   for k, v in pool.items()}
+        return batches, tail
+
+    def _last_pool_batches(self, pool, pool_seed):
+        return self.split_pool(pool, pool_seed, True)[0]
+
+    @functools.cached_property
+    def _traced_last_pool_batches(self):
+        """``_last_pool_batches`` as one graph, for eager calls (its loops run as ops)."""
+        return tf.function(self._last_pool_batches, reduce_retracing=True, autograph=False)
+
+    # ----- the stages
+
+    def padded_length(self, lengths: tf.Tensor) -> tf.Tensor:
+        """int32 ``[n]``: the length each of ``lengths`` (int32 ``[n]``) pads to in a batch:
+        its bucket's upper bound with ``pad_to_boundary``, else itself (at least 1)."""
+        if self.pad_to_boundary:
+            return _bucket_upper(lengths, self.boundaries, self.bucket_width, self.max_length)
+        return tf.maximum(lengths, 1)
+
+    def order_pool(self, lengths: tf.Tensor, pool_seed: tf.Tensor,
+                   keep: tf.Tensor | None = None) -> tf.Tensor:
+        """Stage 3: the pool's examples longest bucket first, shuffled inside a bucket.
+
+        Args:
+          lengths: int32 ``[W]``, each example's length.
+          pool_seed: int64 scalar.
+          keep: bool ``[W]`` or None, false on the examples dropped as too long.
+
+        Returns:
+          int32 ``[K]``: the indices of the kept examples, in pool order.
+        """
+        seed_a = tf.stack([pool_seed, tf.constant(1, tf.int64)])
+        seed_b = tf.stack([pool_seed, tf.constant(2, tf.int64)])
+        order = tf.range(tf.size(lengths))
+        if self.shuffle:
+            order = tf.random.experimental.stateless_shuffle(tf.range(tf.size(lengths)),
+                                                             seed=seed_a)
+        key = _sort_key(tf.gather(lengths, order), self.boundaries, self.bucket_width,
+                        self.length_noise, seed_b)
+        if keep is not None:  # dropped examples sort last (keys are >= 0) and are cut off
+            key = tf.where(tf.gather(keep, order), key, -1.0)
+        order = tf.gather(order, tf.argsort(key, direction="DESCENDING", stable=True))
+        if keep is not None:
+            order = order[:tf.reduce_sum(tf.cast(keep, tf.int32))]
+        return order
+
+    def cut(self, ordered_lengths: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Stage 4: int32 ``[K]`` lengths in pool order -> ``(starts, sizes)``, int32 ``[N]``
+        each: the greedy cut into batches (``_cut``), covering ``[0, K)`` in order."""
+        sorted_by_length = (self.boundaries is None and self.bucket_width is None
+                            and self.length_noise == 0)
+        return _cut(self.padded_length(ordered_lengths), self.max_tokens, self.batch_size,
+                    self.batch_multiple, descending=sorted_by_length)
+
+    def choose_carried(self, ordered_lengths: tf.Tensor, sizes: tf.Tensor) -> tf.Tensor:
+        """Stage 5: bool ``[N]``, the batches that wait for the next pool.
+
+        The pool's last batch (the remainder of its shortest bucket) always waits, so every
+        batch but the stream's last is full and a multiple of ``batch_multiple``. With a token
+        budget, so do the batches that fill less than ``_CARRY_FILL`` of their cells with real
+        tokens (lengths too sparse in this pool to fill a batch evenly), worst first, up to
+        ``_CARRY_BUDGETS`` budgets of cells: with the next pool's examples they sort into
+        fuller batches.
+
+        Args:
+          ordered_lengths: int32 ``[K]``, the lengths in pool order.
+          sizes: int32 ``[N]``, the rows of each batch (``cut``).
+        """
+        num = tf.size(sizes)
+        last = tf.equal(tf.range(num), num - 1)
+        if self.max_tokens is None:
+            return last
+        batch_of = tf.repeat(tf.range(num), sizes)  # [K] the batch of each row
+        width = tf.math.segment_max(self.padded_length(ordered_lengths), batch_of)
+        real = tf.math.segment_sum(ordered_lengths, batch_of)
+        cells = sizes * width
+        fill = tf.cast(real, tf.float32) / tf.cast(tf.maximum(cells, 1), tf.float32)
+        priority = tf.where(last, -1.0, tf.where(fill < _CARRY_FILL, fill, 2.0))
+        worst_first = tf.argsort(priority, stable=True)
+        within_cap = (tf.cumsum(tf.gather(cells, worst_first))
+                      <= _CARRY_BUDGETS * self.max_tokens)
+        chosen = (tf.gather(priority, worst_first) < 2.0) & (
+            within_cap | tf.equal(tf.range(num), 0))
+        return tf.scatter_nd(worst_first[:, None], chosen, [num])
+
+    def shuffle_batches(self, starts: tf.Tensor, sizes: tf.Tensor, emitted: tf.Tensor,
+                        pool_seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Stage 6: the emitted batches in the order they go out.
+
+        Args:
+          starts, sizes: int32 ``[N]``, the batches in pool order (``cut``).
+          emitted: bool ``[N]``, false on the carried batches.
+          pool_seed: int64 scalar.
+
+        Returns:
+          ``(starts, sizes)`` of the emitted batches: in a random order with ``shuffle``
+          (the pool's last batch still last), else in pool order.
+        """
+        if self.shuffle:
+            last = tf.equal(tf.range(tf.size(starts)), tf.size(starts) - 1)
+            noise = tf.random.stateless_uniform(
+                tf.shape(starts), seed=tf.stack([tf.constant(1, tf.int64), pool_seed]))
+            batch_order = tf.argsort(tf.where(last, 2.0, noise))
+            starts, sizes = tf.gather(starts, batch_order), tf.gather(sizes, batch_order)
+            emitted = tf.gather(emitted, batch_order)
+        return tf.boolean_mask(starts, emitted), tf.boolean_mask(sizes, emitted)
+
+    def pad(self, rows: Mapping[str, tf.Tensor]) -> dict:
+        """Stage 7: one batch's rows (sequence features int ``RaggedTensor [B, (T)]``,
+        scalars ``[B]``) -> the padded batch: ``[B, T]`` plus ``<name>_length`` int32 ``[B]``
+        per sequence feature (``T`` the longest row, or its bucket's bound with
+        ``pad_to_boundary``), scalars as they are."""
+        keys = [k for k, v in rows.items() if isinstance(v, tf.RaggedTensor)]
+        row_lengths = {k: tf.cast(rows[k].row_lengths(), tf.int32) for k in keys}
+        size = tf.size(row_lengths[keys[0]])
+        if self.pad_to_boundary:
+            longest = tf.reduce_max(tf.stack([tf.reduce_max(r) for r in row_lengths.values()]))
+            width = self.padded_length(longest[tf.newaxis])[0]
+        static_width = (self.max_length if self.pad_to_boundary and self.boundaries is None
+                        and self.bucket_width is None else None)
+        batch = {}
+        for k, v in rows.items():
+            if k in row_lengths:
+                shape = tf.stack([size, width]) if self.pad_to_boundary else None
+                batch[k] = tf.ensure_shape(v.to_tensor(0, shape=shape), [None, static_width])
+                batch[k + LENGTH_SUFFIX] = row_lengths[k]
+            else:
+                batch[k] = v
+        return batch

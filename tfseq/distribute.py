@@ -177,6 +177,21 @@ def replica_dataset_fn(make_dataset: MakeDataset, batch_fn: BatchFn, *,
     return dataset_fn
 
 
+def multi_worker_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
+    """``MultiWorkerMirroredStrategy`` from ``TF_CONFIG``; call it before any other TF op.
+
+    Raises:
+      ValueError: ``TF_CONFIG`` is not set.
+    """
+    import os
+
+    if not os.environ.get("TF_CONFIG"):
+        raise ValueError("--strategy=multi_worker needs TF_CONFIG, e.g. "
+                         '{"cluster": {"worker": ["localhost:12345", "localhost:12346"]}, '
+                         '"task": {"type": "worker", "index": 0}}')
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
 def to_replicas(strategy: tf.distribute.Strategy, parts: tuple):
     """Hands part ``i`` of one split batch to replica ``i`` (one worker).
 

@@ -1,22 +1,35 @@
-"""Rows with named columns from user files: TSV, CSV (RFC 4180) and plain text, parsed in graph.
+"""Rows with named columns from user files: TSV, CSV (RFC 4180), plain text and CoNLL, in graph.
 
-Shapes: n = lines in a batch.
+Shapes: n = records in a batch.
 
-``read_rows`` turns files into batches of rows, ``{column: tf.string [n]}``, every malformed
-line a counted drop (``tfseq.DropCounter``)::
+A *record* is what becomes one example: a line of a TSV/CSV/text file, a sentence of a CoNLL
+file, or a line pair of two line-aligned files. ``read_records`` reads records in file order
+as ``tf.string [n]`` batches; ``parse_rows`` cuts a batch into rows ``{column: tf.string [n]}``
+and counts every record it drops (``tfseq.DropCounter``)::
 
     label<TAB>text           --format=tsv --columns=label,text
     "a, b",pos               --format=csv --columns=text,label   ->  text "a, b", label "pos"
     any line                 --format=text                       ->  {"text": "any line"}
+    EU    B-ORG              --format=conll --columns=token,tag  ->  {"token": "EU rejects",
+    rejects  O                 (one token per line, a blank          "tag": "B-ORG O"}
+    <blank line>               line ends a sentence)
 
 A column named ``_`` is read and discarded. CSV follows RFC 4180 on one line: quoted fields may
 hold commas and doubled quotes (``""``); a line with a stray quote or the wrong field count is
 ``malformed`` (records spanning lines are not supported: each half is counted as malformed).
-Parsing is vectorized ``tf.strings``/``tf.io.decode_csv`` on batches of lines, no Python.
+
+CoNLL: each non-blank line is one token, its columns separated by tabs (or, in a line with no
+tab, by runs of spaces); a blank line ends a sentence, and so does the end of the file (a last
+sentence without a blank line after it still counts). A sentence's record holds each named
+column as the space-joined values of its lines. Lines starting with ``#`` (CoNLL-U comments)
+and ``-DOCSTART-`` lines (CoNLL-2003 document marks) are markup, not tokens, and are skipped. A
+sentence with a line of the wrong field count is ``malformed`` (``drop_examples`` names the
+line).
 
 Drop reasons: ``malformed`` (wrong field count, broken quoting), ``invalid_utf8``,
-``empty_text`` (a column named ``text``, ``source`` or ``target`` is blank), ``other_split``
-(the line is held out for the other split by ``eval_percent``).
+``empty_text`` (a text column, ``TEXT_COLUMNS``, is blank), ``other_split`` (the record is
+held out for the other split by ``eval_percent``). Parsing is vectorized ``tf.strings`` /
+``tf.io.decode_csv`` on batches, no Python per record.
 """
 
 from __future__ import annotations
@@ -27,12 +40,17 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from tfseq.reading import resolve_files, text_lines
+from tfseq._common import mark_last
+from tfseq.reading import resolve_files, text_lines, verify_gzip
 from tfseq.stats import DropCounter
 
-FORMATS = ("tsv", "csv", "text")
-TEXT_COLUMNS = ("text", "source", "target")
-READ_BATCH = 1024  # lines per batch on the vectorized path (512: ~6-15% less throughput)
+FORMATS = ("tsv", "csv", "text", "conll")
+PAIR = "pair"  # records of two line-aligned files (``read_aligned``); not a --format
+TEXT_COLUMNS = ("text", "source", "target", "tokens", "token")
+READ_BATCH = 1024  # records per batch on the vectorized path (512: ~6-15% less throughput)
+_FIELD_SEPARATOR = "\n"  # between a CoNLL sentence's or a line pair's fields (never in a line)
+_CONLL_BATCH = 4096      # lines grouped into sentences per step
+_END_OF_FILE = "\x00tfseq-eof\x00"  # pads the shorter of two aligned files (never in a line)
 
 # One CSV field: quoted (doubled quotes inside) or unquoted (no quote, no comma).
 _CSV_FIELD = r'(?:"(?:[^"]|"")*"|[^",]*)'
@@ -45,11 +63,12 @@ class InputError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class RowFormat:
-    """How to cut lines into named columns.
+    """How to cut records into named columns.
 
     Attributes:
-      format: ``"tsv"``, ``"csv"`` or ``"text"`` (the whole line is the ``text`` column).
-      columns: the fields of a line in order; ``"_"`` skips a field.
+      format: one of ``FORMATS`` (``"text"``: the whole line is the ``text`` column), or
+        ``PAIR`` (two aligned files, columns ``source, target``).
+      columns: the fields of a line (a CoNLL token line) in order; ``"_"`` skips a field.
       header: skip the first line of every file.
     """
 
@@ -63,8 +82,8 @@ class RowFormat:
 
 
 def infer_format(files: Sequence[str], format: str | None = None) -> str:
-    """``format`` if given, else from the first file's extension (``.tsv``, ``.csv``, else
-    ``text``; a trailing ``.gz`` is ignored).
+    """``format`` if given, else from the first file's extension (``.tsv``, ``.csv``,
+    ``.conll``/``.conllu``, else ``text``; a trailing ``.gz`` is ignored).
 
     Raises:
       InputError: an unknown ``format``.
@@ -75,7 +94,7 @@ def infer_format(files: Sequence[str], format: str | None = None) -> str:
         return format
     name = files[0][:-3] if files and files[0].endswith(".gz") else (files[0] if files else "")
     ext = os.path.splitext(name)[1].lower()
-    return {".tsv": "tsv", ".csv": "csv"}.get(ext, "text")
+    return {".tsv": "tsv", ".csv": "csv", ".conll": "conll", ".conllu": "conll"}.get(ext, "text")
 
 
 def row_format(files: Sequence[str], format: str | None, columns: Sequence[str] | None,
@@ -84,7 +103,7 @@ def row_format(files: Sequence[str], format: str | None, columns: Sequence[str] 
 
     Args:
       files: resolved input files (for the extension and the messages).
-      format: ``"tsv"|"csv"|"text"`` or ``None`` (from the extension).
+      format: one of ``FORMATS`` or ``None`` (from the extension).
       columns: field names in order (default: ``required``); ``"_"`` skips a field.
       header: skip each file's first line.
       required: columns the task needs (e.g. ``("label", "text")``).
@@ -123,7 +142,7 @@ def resolve(patterns: Sequence[str], flag: str = "--train_files") -> list[str]:
         patterns = [p for p in patterns.split(",") if p]
     try:
         files = resolve_files(list(patterns))
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:
         raise InputError(f"{flag}: {e}") from None
     for path in files:
         if os.path.isdir(path):
@@ -133,77 +152,183 @@ def resolve(patterns: Sequence[str], flag: str = "--train_files") -> list[str]:
     return files
 
 
-def read_lines(files, *, header: bool = False, batch_size: int | None = READ_BATCH,
-               shuffle_lines: bool = False, **kwargs) -> tf.data.Dataset:
-    """The single place the pipelines read lines: ``tfseq.text_lines`` (``**kwargs`` passed
-    on), batched as ``tf.string [n]`` (``batch_size=None``: single lines), without each
-    file's first line when ``header``; ``shuffle_lines`` gives the global line shuffle of
-    ``text_lines`` (a new order every epoch; the header lines are removed first).
+# ----------------------------------------------------------------------------- reading
+
+def read_records(files: Sequence[str], fmt: RowFormat, *, batch_size: int = READ_BATCH,
+                 num_shards: int = 1, shard_index: int = 0,
+                 in_order: bool = False) -> tf.data.Dataset:
+    """The records of ``files`` as ``tf.string [n]`` batches (``n <= batch_size``).
+
+    Line formats read through ``tfseq.text_lines`` (gzip, BOM and CRLF handled, headers
+    skipped); CoNLL files give one record per sentence (``conll_sentences``).
+
+    Args:
+      files: resolved paths.
+      fmt: the ``RowFormat``.
+      batch_size: records per batch.
+      num_shards, shard_index: read only this shard (``text_lines``' sharding; CoNLL:
+        sentences round-robin).
+      in_order: file by file in the order given (otherwise line-format files are interleaved
+        batch by batch, a deterministic order all the same).
 
     Raises:
       InputError: a missing file, or a corrupt or truncated gzip file (the message names it).
     """
-    from tfseq import shuffling
-
     try:
-        if not header:
-            return text_lines(files, batch_size=batch_size, shuffle_lines=shuffle_lines, **kwargs)
-        files = resolve_files(files)
-        seed = kwargs.pop("seed", None)
-        per_file = [text_lines(f, seed=seed, **kwargs) for f in files]
+        if fmt.format == "conll":
+            ds = conll_sentences(files, fmt, batch_size=batch_size)
+            if num_shards > 1:
+                ds = ds.unbatch().shard(num_shards, shard_index).batch(batch_size)
+            return ds
+        return text_lines(files, batch_size=batch_size, header=fmt.header,
+                          num_shards=num_shards, shard_index=shard_index,
+                          num_parallel_reads=1 if in_order else None)
     except (ValueError, FileNotFoundError) as e:
         raise InputError(str(e)) from None
 
-    def without_headers():
-        ds = per_file[0].skip(1)
-        for more in per_file[1:]:
-            ds = ds.concatenate(more.skip(1))
-        return ds
 
-    if not shuffle_lines:
-        ds = without_headers()
-        return ds if batch_size is None else ds.batch(batch_size)
-    kinds = ["GZIP" if f.endswith(".gz") else "" for f in files]
-    ds = shuffling.shard_shuffle(
-        lambda: without_headers().batch(READ_BATCH), batch_size=batch_size or READ_BATCH,
-        num_shards=shuffling.num_shuffle_shards(files, kinds, 64 << 20), seed=seed)
-    return ds if batch_size else ds.unbatch()
+def read_aligned(source_files: Sequence[str], target_files: Sequence[str], *,
+                 batch_size: int = READ_BATCH, num_shards: int = 1,
+                 shard_index: int = 0) -> tf.data.Dataset:
+    """Records of line pairs of two line-aligned file lists (``PAIR``: source and target
+    joined by ``"\\n"``), as ``tf.string [n]`` batches, file pair by file pair.
+
+    Files of unequal line counts make the dataset raise ``tf.errors.InvalidArgumentError``
+    naming both files when the shorter one ends (``check_aligned`` checks before training).
+    """
+    if len(source_files) != len(target_files):
+        raise InputError(f"{len(source_files)} source files but {len(target_files)} target "
+                         "files; they pair up in sorted order")
+    pairs = None
+    for source, target in zip(source_files, target_files):
+        padded = [text_lines(f).concatenate(tf.data.Dataset.from_tensors(
+            tf.constant(_END_OF_FILE)).repeat()) for f in (source, target)]
+        message = (f"{source} and {target} have different line counts: source and target "
+                   "files must be line-aligned")
+
+        def join(s, t, message=message):
+            ended_s, ended_t = tf.equal(s, _END_OF_FILE), tf.equal(t, _END_OF_FILE)
+            check = tf.debugging.Assert(tf.equal(ended_s, ended_t), [message])
+            with tf.control_dependencies([check]):
+                return ended_s, s + _FIELD_SEPARATOR + t
+
+        ds = (tf.data.Dataset.zip(tuple(padded)).map(join)
+              .take_while(lambda ended, _: tf.logical_not(ended)).map(lambda _, pair: pair))
+        pairs = ds if pairs is None else pairs.concatenate(ds)
+    if num_shards > 1:
+        pairs = pairs.shard(num_shards, shard_index)
+    return pairs.batch(batch_size)
 
 
-def parse(lines: tf.Tensor, fmt: RowFormat) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
-    """``tf.string [n]`` lines -> ``({column: tf.string [n]}, ok bool [n])``.
+def conll_sentences(files: Sequence[str], fmt: RowFormat, *,
+                    batch_size: int = READ_BATCH) -> tf.data.Dataset:
+    """CoNLL files -> one record per sentence, ``tf.string [n]`` batches, in file order.
 
-    ``ok`` is false on a malformed line (its columns are then empty strings). Vectorized.
+    A record holds the named columns of ``fmt`` joined by ``"\\n"``, each the space-joined
+    values of the sentence's token lines (``"EU rejects\\nB-ORG O"``); a sentence with a line
+    of the wrong field count becomes a record with one field too many, which ``parse`` calls
+    ``malformed``. See the module docstring for blank lines, comments and ``-DOCSTART-``.
+    """
+    per_file = []
+    for path in files:
+        kind = "GZIP" if path.endswith(".gz") else ""
+        if kind:
+            verify_gzip(path)
+        lines = tf.data.TextLineDataset(path, compression_type=kind)
+        if fmt.header:
+            lines = lines.skip(1)
+        groups = mark_last(lines.batch(_CONLL_BATCH)).scan(
+            tf.zeros([0], tf.string), lambda carry, step: _group_sentences(carry, step, fmt))
+        per_file.append(groups.unbatch())
+    ds = per_file[0]
+    for more in per_file[1:]:
+        ds = ds.concatenate(more)
+    return ds.batch(batch_size)
+
+
+def _split_fields(lines: tf.Tensor) -> tf.RaggedTensor:
+    """``tf.string [m]`` CoNLL token lines -> their fields ``[m, (k)]``: split on tabs, or on
+    runs of whitespace in a line without a tab."""
+    tabbed = tf.strings.split(lines, "\t")
+    spaced = tf.strings.split(lines)
+    return _rowwise(tf.strings.regex_full_match(lines, ".*\t.*"), tabbed, spaced)
+
+
+def _rowwise(choose_first: tf.Tensor, first: tf.RaggedTensor,
+             second: tf.RaggedTensor) -> tf.RaggedTensor:
+    """Row i of ``first`` where ``choose_first[i]``, else row i of ``second`` (``[m, (k)]``)."""
+    rows = tf.range(tf.size(choose_first))
+    both = tf.concat([first, second], axis=0)
+    pick = tf.where(choose_first, rows, rows + tf.size(choose_first))
+    return tf.gather(both, pick)
+
+
+def _group_sentences(carry: tf.Tensor, step, fmt: RowFormat):
+    """One ``scan`` step: lines (after the ``carry`` of an unfinished sentence) -> the records
+    of the sentences they finish, and the new carry (the lines of the last, open sentence;
+    nothing at the end of the file)."""
+    is_last, batch = step
+    lines = tf.strings.strip(tf.concat([carry, batch], 0))
+    markup = tf.strings.regex_full_match(lines, r"#.*|-DOCSTART-(\s.*)?")
+    lines = tf.boolean_mask(lines, tf.logical_not(markup))
+    blank = tf.equal(lines, "")
+    sentence = tf.cumsum(tf.cast(blank, tf.int32), exclusive=True)
+    open_id = tf.reduce_sum(tf.cast(blank, tf.int32))
+    finished = tf.logical_not(blank) & (is_last | (sentence < open_id))
+    new_carry = tf.boolean_mask(lines, tf.logical_not(blank) & tf.logical_not(finished))
+    token_lines = tf.boolean_mask(lines, finished)
+    ids, index = tf.unique(tf.boolean_mask(sentence, finished))
+    num = tf.size(ids)
+    fields = _split_fields(token_lines)
+    width = len(fmt.columns)
+    ok_line = tf.equal(fields.row_lengths(), width)
+    dense = fields.to_tensor("", shape=[None, width])
+    ok = tf.math.unsorted_segment_min(tf.cast(ok_line, tf.int32), index, num) > 0
+    columns = [tf.strings.unsorted_segment_join(dense[:, i], index, num, separator=" ")
+               for i, name in enumerate(fmt.columns) if name != "_"]
+    joined = tf.strings.reduce_join(tf.stack(columns, axis=1), axis=1,
+                                    separator=_FIELD_SEPARATOR)
+    # A malformed sentence gets one field too many: ``parse`` counts it.
+    records = tf.where(ok, joined, joined + _FIELD_SEPARATOR)
+    return new_carry, records
+
+
+# ----------------------------------------------------------------------------- parsing
+
+def parse(records: tf.Tensor, fmt: RowFormat) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+    """``tf.string [n]`` records -> ``({column: tf.string [n]}, ok bool [n])``.
+
+    ``ok`` is false on a malformed record (its columns are then empty strings). Vectorized.
     """
     k = len(fmt.columns)
     if fmt.format == "text":
-        return {"text": lines}, tf.ones_like(lines, tf.bool)
-    if fmt.format == "tsv":
-        fields = tf.strings.split(lines, "\t")
-        ok = tf.equal(fields.row_lengths(), k)
-        dense = fields.to_tensor("", shape=[None, k])
-        dense = tf.where(ok[:, None], dense, "")
-        values = [dense[:, i] for i in range(k)]
-    else:
-        well_formed = tf.strings.regex_full_match(lines, _CSV_LINE)
-        # Field count = commas outside quoted fields + 1.
-        bare = tf.strings.regex_replace(lines, r'"(?:[^"]|"")*"', "")
-        commas = tf.strings.length(bare) - tf.strings.length(
-            tf.strings.regex_replace(bare, ",", ""))
-        ok = tf.logical_and(well_formed, tf.equal(commas, k - 1))
-        safe = tf.where(ok, lines, "," * (k - 1))
-        values = tf.io.decode_csv(safe, record_defaults=[""] * k, use_quote_delim=True,
-                                  na_value="__tfseq_never__")
-    row = {name: values[i] for i, name in enumerate(fmt.columns) if name != "_"}
-    return row, ok
+        return {"text": records}, tf.ones_like(records, tf.bool)
+    if fmt.format in ("tsv", "conll", PAIR):
+        separator = "\t" if fmt.format == "tsv" else _FIELD_SEPARATOR
+        width = k if fmt.format == "tsv" else len(fmt.names)
+        fields = tf.strings.split(records, separator)
+        ok = tf.equal(fields.row_lengths(), width)
+        dense = tf.where(ok[:, None], fields.to_tensor("", shape=[None, width]), "")
+        names = fmt.columns if fmt.format == "tsv" else fmt.names
+        row = {name: dense[:, i] for i, name in enumerate(names) if name != "_"}
+        return row, ok
+    well_formed = tf.strings.regex_full_match(records, _CSV_LINE)
+    # Field count = commas outside quoted fields + 1.
+    bare = tf.strings.regex_replace(records, r'"(?:[^"]|"")*"', "")
+    commas = tf.strings.length(bare) - tf.strings.length(tf.strings.regex_replace(bare, ",", ""))
+    ok = tf.logical_and(well_formed, tf.equal(commas, k - 1))
+    safe = tf.where(ok, records, "," * (k - 1))
+    values = tf.io.decode_csv(safe, record_defaults=[""] * k, use_quote_delim=True,
+                              na_value="__tfseq_never__")
+    return {name: values[i] for i, name in enumerate(fmt.columns) if name != "_"}, ok
 
 
-def drop_checks(lines: tf.Tensor, row: dict, ok: tf.Tensor) -> dict[str, tf.Tensor]:
+def drop_checks(records: tf.Tensor, row: dict, ok: tf.Tensor) -> dict[str, tf.Tensor]:
     """The ordered ``reason -> bool [n]`` checks of a parsed batch (true: drop)."""
-    valid = tf.strings.unicode_transcode(lines, "UTF-8", "UTF-8", errors="replace",
+    valid = tf.strings.unicode_transcode(records, "UTF-8", "UTF-8", errors="replace",
                                          replacement_char=0xFFFD)
-    bad_utf8 = tf.logical_and(tf.not_equal(valid, lines),
-                              tf.logical_not(tf.strings.regex_full_match(lines, ".*\uFFFD.*")))
+    bad_utf8 = tf.logical_and(tf.not_equal(valid, records),
+                              tf.logical_not(tf.strings.regex_full_match(records, ".*\uFFFD.*")))
     empty = tf.zeros_like(ok)
     for name in TEXT_COLUMNS:
         if name in row:
@@ -212,48 +337,51 @@ def drop_checks(lines: tf.Tensor, row: dict, ok: tf.Tensor) -> dict[str, tf.Tens
             "empty_text": tf.logical_and(ok, empty)}
 
 
-def in_eval_split(lines: tf.Tensor, eval_percent: int) -> tf.Tensor:
-    """bool ``[n]``: whether each line is held out (a stable hash of its bytes in the first
-    ``eval_percent`` of 100 buckets; equal lines always land in the same split)."""
-    return tf.strings.to_hash_bucket_fast(lines, 100) < eval_percent
+def in_eval_split(keys: tf.Tensor, eval_percent: int) -> tf.Tensor:
+    """bool, the shape of ``keys``: whether each record is held out (a stable hash of its
+    key's bytes in the first ``eval_percent`` of 100 buckets; equal keys always land in the
+    same split)."""
+    return tf.strings.to_hash_bucket_fast(keys, 100) < eval_percent
+
+
+def parse_rows(records: tf.Tensor, fmt: RowFormat, counter: DropCounter, *,
+               split: str | None = None, eval_percent: int = 0) -> dict[str, tf.Tensor]:
+    """``tf.string [n]`` records -> the rows kept, ``{column: tf.string [m]}``, counting
+    ``lines_read`` and every drop (``other_split`` first, so a bad record counts in one split
+    only). ``split``: ``"train"``/``"eval"`` keeps that side of the ``eval_percent`` hash
+    hold-out; ``None`` keeps both."""
+    counter.register("malformed", "invalid_utf8", "empty_text")
+    if split is not None:
+        counter.register("other_split")
+    read = counter.note("lines_read", tf.size(records, out_type=tf.int64))
+    row, ok = parse(records, fmt)
+    checks = {}
+    if split is not None:
+        checks["other_split"] = tf.not_equal(in_eval_split(records, eval_percent),
+                                             split == "eval")
+    checks.update(drop_checks(records, row, ok))
+    with tf.control_dependencies([read]):
+        keep = counter.keep_if(checks)
+    return {k: tf.boolean_mask(v, keep) for k, v in row.items()}
 
 
 def read_rows(files: Sequence[str], fmt: RowFormat, counter: DropCounter, *,
               split: str | None = None, eval_percent: int = 0, batch_size: int = READ_BATCH,
               **read_kwargs) -> tf.data.Dataset:
-    """Batches of rows ``{column: tf.string [n]}`` of ``files``, every drop counted.
-
-    Args:
-      files: resolved paths (``.gz`` read as gzip).
-      fmt: the ``RowFormat``.
-      counter: counts ``lines_read`` and the drop reasons (see the module docstring).
-      split: ``"train"`` or ``"eval"`` to keep only that side of the ``eval_percent`` hash
-        hold-out; ``None`` keeps every line.
-      eval_percent: percent of lines held out for ``"eval"``.
-      batch_size: lines per batch.
-    """
-    counter.register("malformed", "invalid_utf8", "empty_text")
-    if split is not None:
-        counter.register("other_split")
-    ds = read_lines(files, header=fmt.header, batch_size=batch_size, **read_kwargs)
-    ds = ds.apply(counter.tally("lines_read", rows=True))
-
-    def parse_and_keep(lines):
-        row, ok = parse(lines, fmt)
-        checks = {}
-        if split is not None:  # first: each bad line is counted in one split only
-            checks["other_split"] = tf.not_equal(in_eval_split(lines, eval_percent),
-                                                 split == "eval")
-        checks.update(drop_checks(lines, row, ok))
-        keep = counter.keep_if(checks)
-        return {k: tf.boolean_mask(v, keep) for k, v in row.items()}
-
-    return ds.map(parse_and_keep, num_parallel_calls=tf.data.AUTOTUNE)
+    """Batches of rows ``{column: tf.string [n]}`` of ``files`` (``read_records`` then
+    ``parse_rows``), every drop counted in ``counter``; ``read_kwargs`` go to
+    ``read_records``."""
+    ds = read_records(files, fmt, batch_size=batch_size, **read_kwargs)
+    return ds.map(lambda records: parse_rows(records, fmt, counter, split=split,
+                                             eval_percent=eval_percent),
+                  num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def drop_examples(files: Sequence[str], fmt: RowFormat, *, limit: int = 5) -> list[str]:
-    """The first ``limit`` malformed lines as ``"file:line: reason"`` (a diagnostic pass,
-    in graph, reading each file until enough are found)."""
+    """The first ``limit`` malformed records as ``"file:line: reason"`` (a diagnostic pass,
+    reading each file until enough are found; for CoNLL the line is the bad token line)."""
+    if fmt.format == "conll":
+        return _conll_drop_examples(files, fmt, limit)
     found: list[str] = []
     for path in files:
         ds = text_lines(path)
@@ -268,10 +396,9 @@ def drop_examples(files: Sequence[str], fmt: RowFormat, *, limit: int = 5) -> li
             keep = tf.not_equal(reason, "")
             return tf.boolean_mask(numbers, keep), tf.boolean_mask(reason, keep)
 
-        offset = 1 if fmt.header else 0
         for numbers, reasons in ds.map(bad).as_numpy_iterator():
             for number, reason in zip(numbers.tolist(), reasons.tolist()):
-                if offset and number == 1:
+                if fmt.header and number == 1:
                     continue
                 found.append(f"{path}:{number}: {reason.decode()}")
                 if len(found) >= limit:
@@ -279,14 +406,26 @@ def drop_examples(files: Sequence[str], fmt: RowFormat, *, limit: int = 5) -> li
     return found
 
 
-def discover_labels(rows: tf.data.Dataset, key: str = "label") -> list[str]:
-    """Sorted distinct values of ``key`` over batches of rows (a pass over the data)."""
-    import numpy as np
+def _conll_drop_examples(files: Sequence[str], fmt: RowFormat, limit: int) -> list[str]:
+    """``drop_examples`` for CoNLL: token lines with the wrong number of fields."""
+    import gzip
 
-    seen: set[bytes] = set()
-    for values in rows.map(lambda r: tf.strings.strip(r[key])).as_numpy_iterator():
-        seen.update(np.unique(values).tolist())
-    return sorted(v.decode("utf-8", errors="replace") for v in seen)
+    found: list[str] = []
+    for path in files:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, 1):
+                line = line.strip()
+                if (fmt.header and number == 1) or not line or line.startswith("#") \
+                        or line.split()[0] == "-DOCSTART-":
+                    continue
+                fields = line.split("\t") if "\t" in line else line.split()
+                if len(fields) != len(fmt.columns):
+                    found.append(f"{path}:{number}: malformed ({len(fields)} fields, "
+                                 f"--columns names {len(fmt.columns)})")
+                    if len(found) >= limit:
+                        return found
+    return found
 
 
 def text_column(patterns, *, format: str | None = None, columns: Sequence[str] | None = None,

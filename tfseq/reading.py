@@ -102,7 +102,8 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
                seed: int | None = None, num_parallel_reads: int | None = None,
                num_shards: int = 1, shard_index: int = 0, verify: bool = True,
                buffer_size: int = 1 << 20, batch_size: int | None = None,
-               shuffle_lines: bool = False, shuffle_shard_bytes: int = 64 << 20,
+               header: bool = False, shuffle_lines: bool = False,
+               shuffle_shard_bytes: int = 64 << 20,
                shuffle_dir: str | None = None) -> tf.data.Dataset:
     """Dataset of the lines of every file matched by ``patterns``.
 
@@ -126,6 +127,7 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
         vectorized stage (``filter_lines``, ``tokenize``) keeps the batches, and
         ``bucket_by_length``/``pack`` take them whole: the fast path, with no tf.data call per
         line (see "Input pipeline throughput" in the README).
+      header: skip the first line of every file (a header row).
       shuffle_lines: a global line shuffle, every epoch a new order (the same for the same
         ``seed``), every line exactly once, checkpointable iterators: batches from a sorted
         file are mixed like a perfect shuffle. Each line belongs to one of K random shards; each
@@ -174,7 +176,7 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
             patterns, compression=compression, seed=seed, num_parallel_reads=num_parallel_reads,
             num_shards=num_shards, shard_index=shard_index, verify=verify,
             buffer_size=buffer_size, batch_size=batch_size,
-            shuffle_shard_bytes=shuffle_shard_bytes, shuffle_dir=shuffle_dir)
+            shuffle_shard_bytes=shuffle_shard_bytes, shuffle_dir=shuffle_dir, header=header)
 
     files = resolve_files(patterns)
     shard_lines = num_shards > 1 and len(files) < num_shards
@@ -193,6 +195,8 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
 
     def read(path, kind):
         lines = tf.data.TextLineDataset(path, compression_type=kind, buffer_size=buffer_size)
+        if header:
+            lines = lines.skip(1)
         if batch_size is None:
             return lines
         # Batched: shard lines inside each file (the shards still cover every line once) and
@@ -220,7 +224,7 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
 
 
 def _shuffled_lines(patterns, *, compression, seed, num_parallel_reads, num_shards, shard_index,
-                    verify, buffer_size, batch_size, shuffle_shard_bytes, shuffle_dir):
+                    verify, buffer_size, batch_size, shuffle_shard_bytes, shuffle_dir, header):
     """``text_lines(..., shuffle_lines=True)``: the unshuffled line batches, shard-shuffled."""
     from tfseq import shuffling
 
@@ -234,7 +238,8 @@ def _shuffled_lines(patterns, *, compression, seed, num_parallel_reads, num_shar
     def make_batches():  # the unshuffled read batches, in the same order every call
         return text_lines(files, compression=compression, num_parallel_reads=num_parallel_reads,
                           num_shards=num_shards, shard_index=shard_index, verify=False,
-                          buffer_size=buffer_size, batch_size=_SHUFFLE_READ_BATCH)
+                          buffer_size=buffer_size, batch_size=_SHUFFLE_READ_BATCH,
+                          header=header)
 
     k = shuffling.num_shuffle_shards(files, kinds, shuffle_shard_bytes)
     out = shuffling.shard_shuffle(make_batches, batch_size=batch_size or _SHUFFLE_READ_BATCH,

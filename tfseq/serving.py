@@ -23,6 +23,8 @@ classify    ``text`` [B]        ``label`` tf.string [B], ``probabilities`` float
 lm          ``text`` [B]        ``log_likelihood`` float32 [B] (natural log, summed over the
                                 line's tokens and ``</s>``), ``tokens`` int32 [B] (that count)
 translate   ``source`` [B]      ``translation`` tf.string [B] (greedy, bounded length)
+tag         ``text`` [B]        ``tags`` tf.string [B] (one tag per whitespace-separated
+                                token, space-joined; ``tags.txt`` holds the tag set)
 ==========  ==================  ====================================================
 
 Every export also has ``encode(text) -> {"ids": int32 RaggedTensor [B, (T)], "truncated":
@@ -51,10 +53,10 @@ import tensorflow_text as tf_text
 
 from tfseq.text import BOS_ID, EOS_ID, PAD_ID, UNK_ID, get_tokenizer
 
-TASKS = ("classify", "lm", "translate")
 LONG_EXAMPLES = ("truncate", "drop")
 ASSET_VOCAB = "vocab.txt"
 ASSET_LABELS = "labels.txt"
+ASSET_TAGS = "tags.txt"
 ASSET_SPM = "sentencepiece.model"
 ASSET_INFO = "serving.json"
 
@@ -174,18 +176,17 @@ class TextEncoder(tf.Module):
         return tf.strings.reduce_join(tokens, axis=1, separator=" ")
 
 
-def keras_model_fn(model, *, task: str) -> ModelFn:
-    """Adapts a Keras model of the task to ``fn(ids [B, T], lengths [B]) -> logits``.
+def keras_model_fn(model) -> ModelFn:
+    """Adapts a task's Keras model to ``fn(ids [B, T], lengths [B]) -> logits``.
 
-    Feeds the model what the padded pipelines feed it: ``{"ids"}`` (classify) or
-    ``{"ids", "ids_length"}`` (lm). A model trained on packed rows (inputs
-    ``ids_segment_ids``/``ids_resets``/``ids_positions``) gets each line as a row holding one
-    segment; a packed classifier's per-segment logits ``[B, S, C]`` give the first segment's.
+    Feeds the model what the padded pipelines feed it, ``{"ids", "ids_length"}``; a functional
+    model trained on packed rows (inputs ``ids_segment_ids``/``ids_resets``/``ids_positions``)
+    gets each line as a row holding one segment.
     """
     try:  # a functional model names its inputs; a subclassed one takes the padded dict
         names = [t.name for t in model.inputs]
     except (AttributeError, ValueError):
-        names = ["ids"] if task == "classify" else ["ids", "ids_length"]
+        names = ["ids", "ids_length"]
 
     def fn(ids, lengths):
         positions = tf.range(tf.shape(ids)[1], dtype=tf.int32)[None, :]
@@ -199,11 +200,8 @@ def keras_model_fn(model, *, task: str) -> ModelFn:
         missing = [n for n in names if n not in candidates]
         if missing:
             raise ValueError(f"keras_model_fn: the model wants inputs {missing}, which a "
-                             f"padded {task} batch does not have (it has {sorted(candidates)})")
-        logits = model({n: candidates[n] for n in names}, training=False)
-        if task == "classify" and logits.shape.rank == 3:  # packed: one segment per row
-            logits = logits[:, 0, :]
-        return tf.cast(logits, tf.float32)
+                             f"padded batch does not have (it has {sorted(candidates)})")
+        return tf.cast(model({n: candidates[n] for n in names}, training=False), tf.float32)
 
     return fn
 
@@ -383,6 +381,48 @@ class ServedTranslator(_Served):
         if self.drop_long:
             out = {"translation": tf.where(encoded["truncated"], "", out["translation"])}
         return out
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def encode(self, text):
+        return self._encode(text)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="ids"),
+                                  tf.TensorSpec([None], tf.int32, name="ids_length")])
+    def predict_ids(self, ids, ids_length):
+        return self._predict(ids, ids_length)
+
+
+class ServedTagger(_Served):
+    """``text`` (whitespace-separated tokens) -> ``tags``: one tag per token, space-joined.
+
+    The model's logits ``[B, T, K + 1]`` score tag ids 1..K (``tags.txt`` line i is id i + 1;
+    0 is padding and never predicted). Every token of a line is tagged, however long the line.
+    """
+
+    def __init__(self, model_fn: ModelFn, encoder: TextEncoder, tags: Sequence[str],
+                 asset_dir: str):
+        super().__init__(encoder, "truncate")
+        path = os.path.join(asset_dir, ASSET_TAGS)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(f"{tag}\n" for tag in tags))
+        self.tags_file = tf.saved_model.Asset(path)
+        self.tags = _id_to_line_table(self.tags_file)
+        self.model_fn = model_fn
+
+    def _predict(self, ids, lengths):
+        ids = _at_least_one_step(ids)
+        logits = self.model_fn(ids, tf.maximum(lengths, 1))[:, :, 1:]
+        best = tf.argmax(logits, axis=-1)                          # [B, T]: tag id - 1
+        names = self.tags.lookup(best)
+        real = tf.range(tf.shape(best)[1])[None, :] < lengths[:, None]
+        return {"tags": tf.strings.reduce_join(tf.ragged.boolean_mask(names, real), axis=1,
+                                               separator=" ")}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve(self, text):
+        encoded = self._encode(text)
+        padded, lengths = _padded(encoded["ids"])
+        return self._predict(padded, lengths)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def encode(self, text):

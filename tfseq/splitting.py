@@ -373,6 +373,19 @@ def split_batch(num_splits: int, *, balance: str = "examples", trim: bool = Fals
     return apply
 
 
+def split(batch: Mapping[str, Any], num_splits: int, *, balance: str = "examples",
+          trim: bool = False, equal_rows: bool = False) -> tuple:
+    """``split_batch`` on one batch, inside a graph function (a ``Dataset.map``, a stream's
+    own function): ``batch`` -> a tuple of ``num_splits`` parts, each with ``"weight"``.
+
+    Raises:
+      ValueError/TypeError: as ``split_batch``.
+    """
+    split_batch(num_splits, balance=balance, trim=trim, equal_rows=equal_rows)  # checks
+    layout = batch_layout({k: tf.type_spec_from_value(v) for k, v in batch.items()})
+    return _split(dict(batch), num_splits, balance, trim, equal_rows, layout)
+
+
 def prefetch_to_device(device: str, buffer_size: int | None = None) -> Transform:
     """Transformation that prefetches elements into ``device`` memory (e.g. ``"/gpu:0"``).
 

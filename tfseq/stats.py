@@ -21,13 +21,43 @@ Shapes: B = batch, T = time.
 
 from __future__ import annotations
 
-from typing import Mapping
+import contextlib
+from typing import Mapping, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from tfseq._common import LENGTH_SUFFIX, Transform, require_dict_spec
 
 SEGMENT_SUFFIX = "_segment_ids"
+
+
+class CountTape:
+    """Counts kept as tensors of a traced function instead of variable updates.
+
+    ``DropCounter.recording(tape)`` routes a counter's updates here; ``vector(keys)`` gives them
+    as one int64 ``[len(keys)]`` tensor to return with the data, ``keys`` the
+    ``("drops", reason)`` / ``("seen", name)`` pairs recorded so far (sorted).
+    """
+
+    def __init__(self):
+        self._values: dict[tuple[str, str], tf.Tensor] = {}
+
+    def add(self, key: tuple[str, str], n) -> tf.Tensor:
+        n = tf.cast(n, tf.int64)
+        self._values[key] = self._values[key] + n if key in self._values else n
+        return n
+
+    @property
+    def keys(self) -> list[tuple[str, str]]:
+        return sorted(self._values)
+
+    def vector(self, keys: Sequence[tuple[str, str]]) -> tf.Tensor:
+        """int64 ``[len(keys)]``: each key's count (0 for a key not recorded)."""
+        if not keys:
+            return tf.zeros([0], tf.int64)
+        return tf.stack([tf.reshape(self._values.get(k, tf.constant(0, tf.int64)), [])
+                         for k in keys])
 
 
 class DropCounter:
@@ -41,6 +71,7 @@ class DropCounter:
         self.name = name
         self._drops: dict[str, tf.Variable] = {}
         self._seen: dict[str, tf.Variable] = {}
+        self._tape: CountTape | None = None
 
     @staticmethod
     def _variable(table: dict, key: str, prefix: str) -> tf.Variable:
@@ -50,21 +81,57 @@ class DropCounter:
                                          name=f"{prefix}_{key}".replace(" ", "_"))
         return table[key]
 
+    def variable(self, key: tuple[str, str]) -> tf.Variable:
+        """The variable of ``("drops", reason)`` or ``("seen", name)`` (made if new)."""
+        kind, name = key
+        return self._variable(self._drops if kind == "drops" else self._seen, name, kind)
+
     def register(self, *reasons: str) -> None:
         """Declares drop reasons up front so they are reported even when their count is 0."""
         for reason in reasons:
             self._variable(self._drops, reason, "drops")
 
     def count(self, reason: str, n=1):
-        """Adds ``n`` (int scalar tensor or int) to the drop count of ``reason``; returns the op."""
+        """Adds ``n`` (int scalar tensor or int) to the drop count of ``reason``; returns the op
+        (inside ``recording``: the tensor ``n``, kept on the tape instead)."""
         var = self._variable(self._drops, reason, "drops")
+        if self._tape is not None:
+            return self._tape.add(("drops", reason), n)
         return var.assign_add(tf.cast(n, tf.int64))
 
     def note(self, name: str, n=1):
         """Adds ``n`` to the ``seen`` count ``name``: examples changed but still emitted
-        (e.g. ``"split"``, ``"truncated"``), which must not count as drops. Returns the op."""
+        (e.g. ``"split"``, ``"truncated"``), which must not count as drops. Returns the op
+        (inside ``recording``: the tensor ``n``, kept on the tape instead)."""
         var = self._variable(self._seen, name, "seen")
+        if self._tape is not None:
+            return self._tape.add(("seen", name), n)
         return var.assign_add(tf.cast(n, tf.int64))
+
+    @contextlib.contextmanager
+    def recording(self, tape: "CountTape"):
+        """Within the block, ``count``/``note``/``keep_if`` add to ``tape`` (tensors of the
+        function being traced) instead of updating the variables.
+
+        The counts then travel with the data (e.g. a vector per batch, ``tape.vector``) and are
+        added to the variables when a consumer takes that batch (``commit``): exact at any
+        point of a pipeline that reads ahead, which a resumable input needs (``tfseq.resumable``).
+        """
+        previous, self._tape = self._tape, tape
+        try:
+            yield tape
+        finally:
+            self._tape = previous
+
+    def commit(self, keys: Sequence[tuple[str, str]], values) -> None:
+        """Adds ``values`` (int ``[len(keys)]``, e.g. a ``CountTape.vector``) to the variables
+        named by ``keys`` (``("drops", reason)`` or ``("seen", name)``)."""
+        values = [int(v) for v in np.asarray(values).reshape(-1)]
+        if len(values) != len(keys):
+            raise ValueError(f"commit: {len(values)} values for {len(keys)} keys {list(keys)}")
+        for key, value in zip(keys, values):
+            if value:
+                self.variable(key).assign_add(value)
 
     def keep_if(self, checks: Mapping[str, tf.Tensor]) -> tf.Tensor:
         """Filter predicate: counts the first failing check and returns whether all passed.
@@ -96,7 +163,7 @@ class DropCounter:
         """
 
         def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
-            var = self._variable(self._seen, name, "seen")
+            self._variable(self._seen, name, "seen")
 
             def count(*element):
                 if rows:
@@ -105,7 +172,7 @@ class DropCounter:
                             else tf.shape(first, out_type=tf.int64)[0])
                 else:
                     size = 1
-                with tf.control_dependencies([var.assign_add(tf.cast(size, tf.int64))]):
+                with tf.control_dependencies([self.note(name, size)]):
                     out = tf.nest.map_structure(tf.identity, element)
                 return out if len(out) > 1 else out[0]
 
@@ -174,32 +241,10 @@ class BatchStats:
 
         def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
             spec = dataset.element_spec
-            features_spec = spec[0] if isinstance(spec, tuple) else spec
-            features_spec = require_dict_spec(features_spec, "BatchStats.track")
-            packed = [k[: -len(SEGMENT_SUFFIX)] for k in features_spec
-                      if k.endswith(SEGMENT_SUFFIX) and k[: -len(SEGMENT_SUFFIX)] in features_spec]
-            padded = [k[: -len(LENGTH_SUFFIX)] for k in features_spec
-                      if k.endswith(LENGTH_SUFFIX) and k[: -len(LENGTH_SUFFIX)] in features_spec]
-            names = keys or packed or padded
-            if not names:
-                raise ValueError("BatchStats.track needs padded batches ('<name>_length' keys) or "
-                                 "packed ones ('<name>_segment_ids'); available keys: "
-                                 f"{sorted(features_spec)}")
-
-            def real_tokens(features, name):
-                if name + SEGMENT_SUFFIX in features:
-                    return tf.math.count_nonzero(features[name + SEGMENT_SUFFIX], dtype=tf.int64)
-                return tf.reduce_sum(tf.cast(features[name + LENGTH_SUFFIX], tf.int64))
+            names = keys or sequence_names(spec[0] if isinstance(spec, tuple) else spec)
 
             def count(*element):
-                features = element[0]
-                real = tf.add_n([real_tokens(features, n) for n in names])
-                cells = tf.add_n([tf.cast(tf.size(features[n]), tf.int64) for n in names])
-                first = names[0]
-                if first + SEGMENT_SUFFIX in features:  # examples = segment starts
-                    rows = tf.math.count_nonzero(features[first + "_resets"], dtype=tf.int64)
-                else:
-                    rows = tf.cast(tf.shape(features[first])[0], tf.int64)
+                real, cells, rows = batch_counts(element[0], names)
                 ops = [self.real_tokens.assign_add(real), self.cells.assign_add(cells),
                        self.examples.assign_add(rows), self.batches.assign_add(1)]
                 with tf.control_dependencies(ops):
@@ -209,6 +254,12 @@ class BatchStats:
             return dataset.map(count)
 
         return apply
+
+    def add(self, real_tokens: int, cells: int, examples: int, batches: int = 1) -> None:
+        """Adds one consumed batch's numbers (``batch_counts``), e.g. from a training loop."""
+        for var, n in ((self.real_tokens, real_tokens), (self.cells, cells),
+                       (self.examples, examples), (self.batches, batches)):
+            var.assign_add(int(n))
 
     def padding_efficiency(self) -> float:
         cells = int(self.cells.numpy())
@@ -222,6 +273,45 @@ class BatchStats:
     def reset(self) -> None:
         for v in (self.real_tokens, self.cells, self.examples, self.batches):
             v.assign(0)
+
+
+def sequence_names(features_spec) -> list[str]:
+    """The sequence features of a padded (``<name>_length``) or packed (``<name>_segment_ids``)
+    batch spec: packed ones if any, else padded ones.
+
+    Raises:
+      ValueError: neither kind of feature (the message lists the keys).
+    """
+    features_spec = require_dict_spec(features_spec, "BatchStats.track")
+    packed = [k[: -len(SEGMENT_SUFFIX)] for k in features_spec
+              if k.endswith(SEGMENT_SUFFIX) and k[: -len(SEGMENT_SUFFIX)] in features_spec]
+    padded = [k[: -len(LENGTH_SUFFIX)] for k in features_spec
+              if k.endswith(LENGTH_SUFFIX) and k[: -len(LENGTH_SUFFIX)] in features_spec]
+    if not (packed or padded):
+        raise ValueError("BatchStats.track needs padded batches ('<name>_length' keys) or "
+                         "packed ones ('<name>_segment_ids'); available keys: "
+                         f"{sorted(features_spec)}")
+    return packed or padded
+
+
+def batch_counts(features: Mapping[str, tf.Tensor], names) -> tuple[tf.Tensor, tf.Tensor,
+                                                                     tf.Tensor]:
+    """``(real tokens, cells, examples)``, int64 scalars, of one padded or packed batch over
+    the sequence features ``names`` (examples: rows, or segment starts when packed)."""
+
+    def real_tokens(name):
+        if name + SEGMENT_SUFFIX in features:
+            return tf.math.count_nonzero(features[name + SEGMENT_SUFFIX], dtype=tf.int64)
+        return tf.reduce_sum(tf.cast(features[name + LENGTH_SUFFIX], tf.int64))
+
+    real = tf.add_n([real_tokens(n) for n in names])
+    cells = tf.add_n([tf.cast(tf.size(features[n]), tf.int64) for n in names])
+    first = names[0]
+    if first + SEGMENT_SUFFIX in features:  # examples = segment starts
+        rows = tf.math.count_nonzero(features[first + "_resets"], dtype=tf.int64)
+    else:
+        rows = tf.cast(tf.shape(features[first])[0], tf.int64)
+    return real, cells, rows
 
 
 def step_efficiency(real_tokens: int, batches: int, max_tokens: int) -> float:

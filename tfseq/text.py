@@ -113,30 +113,59 @@ class Vocab:
     def learn(cls, files_or_dataset, *, tokenizer: str = "wordpiece", vocab_size: int = 8000,
               max_lines: int = 1_000_000, lowercase: bool = False, progress_every: int = 100_000,
               **options) -> "Vocab":
-        """Learns a subword vocabulary from a bounded sample of text.
+        """Learns a subword vocabulary from a uniform sample of the lines of its input.
+
+        The input is read once, whole; ``max_lines`` lines of it are kept, each line equally
+        likely (``tfseq.sampling.Reservoir``, seed 0: the same input gives the same sample and
+        the same vocabulary), so a file sorted by label or date is sampled from end to end.
 
         Args:
-          files_or_dataset: file paths/globs (``.gz`` allowed) or a dataset of ``tf.string``
-            lines (or ``[n]`` batches of lines).
-          tokenizer: ``"wordpiece"`` (tensorflow-text's learner,
-            ``tensorflow_text.tools.wordpiece_vocab``, over whitespace-split words; tokenize
-            with ``tokenizer="wordpiece"``) or ``"sentencepiece"`` (a unigram model from the
-            ``sentencepiece`` package with ``pad/unk/bos/eos`` ids 0-3, so its ids are this
-            vocabulary's ids; tokenize with ``tokenizer="sentencepiece"``).
-          vocab_size: target size including the 4 reserved tokens (WordPiece may stay a little
-            below; SentencePiece may stay below on a tiny corpus).
-          max_lines: read at most this many lines.
+          files_or_dataset: what to read, one of
+            - a dataset of ``tf.string`` lines (scalars or ``[n]`` batches);
+            - a file path or glob (``str`` or ``os.PathLike``; ``.gz`` allowed), or a list of
+              them: a list/tuple is read as file patterns when its first item is a path object
+              or names an existing file or matches a glob (then every item must match a file);
+            - any other iterable of ``str`` (or UTF-8 ``bytes``) lines, e.g. a sample collected
+              elsewhere.
+          tokenizer: ``"wordpiece"`` or ``"sentencepiece"``.
+            ``"wordpiece"``: Hugging Face ``tokenizers``' WordPiece trainer (Rust) over the
+            words of the sample, split where ``tokenize`` splits them (Unicode White_Space;
+            punctuation stays inside words); tokenize with ``tokenizer="wordpiece"``. Ids
+            0-3 are ``<pad> <unk> <s> </s>``; then the ``##`` form of every character of the
+            sample, the characters themselves, and the learned pieces in the order learned.
+            Every character of the sample is covered in both positions, so no word of the
+            sample maps to ``<unk>``.
+            ``"sentencepiece"``: a unigram model from the ``sentencepiece`` package with
+            ``pad/unk/bos/eos`` ids 0-3, so its ids are this vocabulary's ids; tokenize with
+            ``tokenizer="sentencepiece"``.
+          vocab_size: the most tokens, the 4 reserved ones included (both learners may stay
+            below it on a small sample).
+          max_lines: the most lines sampled (and held in memory).
           lowercase: case-fold the sample first (then tokenize with ``lowercase=True`` too).
-          progress_every: log progress every this many lines (absl INFO).
-          **options: passed to the learner (``wordpiece_tokenizer_learner_lib.learn`` or
-            ``sentencepiece.SentencePieceTrainer.train``), e.g. ``lower_thresh`` or
-            ``model_type``.
+          progress_every: log the lines read every this many lines (absl INFO).
+          **options: passed to the trainer: for ``"wordpiece"`` ``min_frequency`` (the least
+            count of a pair to merge), ``initial_alphabet`` (characters to cover even if
+            unseen) or ``show_progress``; for ``"sentencepiece"`` any
+            ``sentencepiece.SentencePieceTrainer.train`` option, e.g. ``model_type="bpe"``.
 
         Returns:
-          A ``Vocab``; for SentencePiece its ``sentencepiece_model`` holds the model bytes.
+          A ``Vocab`` of at most ``vocab_size`` tokens; for SentencePiece its
+          ``sentencepiece_model`` holds the model bytes.
 
         Raises:
-          ValueError: an unknown ``tokenizer``, ``vocab_size`` <= 4, or no text to learn from.
+          ValueError: an unknown ``tokenizer``, ``vocab_size`` <= 4, ``max_lines`` < 1, no
+            line to learn from, a dataset of something other than ``tf.string`` lines, or (for
+            ``"wordpiece"``) a sample with more distinct characters than ``vocab_size`` can
+            cover with their ``##`` forms.
+          TypeError: a line that is not ``str``/``bytes``, or a ``"wordpiece"`` option the
+            trainer does not take (e.g. ``lower_thresh`` of tensorflow-text's learner).
+          FileNotFoundError: a file pattern that matches nothing.
+
+        Example:
+          >>> vocab = Vocab.learn(["the walker walked", "the talker talked"] * 10,
+          ...                     vocab_size=40)
+          >>> vocab.tokens[:4]
+          ['<pad>', '<unk>', '<s>', '</s>']
         """
         from absl import logging
 
@@ -146,43 +175,18 @@ class Vocab:
         if vocab_size <= len(RESERVED):
             raise ValueError(f"vocab_size must exceed the {len(RESERVED)} reserved tokens; "
                              f"received vocab_size={vocab_size}")
-        lines = files_or_dataset
-        if not isinstance(lines, tf.data.Dataset):
-            from tfseq.reading import text_lines
-            lines = text_lines(lines, batch_size=1024)
-        elif lines.element_spec.shape.rank == 0:
-            lines = lines.batch(1024)
+        if tokenizer == "wordpiece":
+            _check_wordpiece_options(options)
+        lines = _sample_lines(files_or_dataset, max_lines, progress_every, tokenizer)
         if lowercase:
-            lines = lines.map(tf_text.case_fold_utf8)
-
-        def sample():
-            """Python str lines, at most max_lines, with progress."""
-            read = 0
-            for batch in lines.as_numpy_iterator():
-                for line in batch.tolist():
-                    if read >= max_lines:
-                        return
-                    read += 1
-                    if progress_every and read % progress_every == 0:
-                        logging.info("Vocab.learn(%s): %d lines read", tokenizer, read)
-                    yield line.decode("utf-8", errors="replace")
-            logging.info("Vocab.learn(%s): %d lines read", tokenizer, read)
-
+            lines = _case_fold(lines)
+        if not lines:
+            raise ValueError(f"Vocab.learn: no line to learn a vocabulary from in "
+                             f"{_describe(files_or_dataset)}")
+        logging.info("Vocab.learn(%s): learning from %d sampled lines", tokenizer, len(lines))
         if tokenizer == "sentencepiece":
-            return _learn_sentencepiece(sample(), vocab_size, options)
-        from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as lib
-
-        counts: collections.Counter = collections.Counter()
-        for line in sample():
-            counts.update(split_words(line))
-        if not counts:
-            raise ValueError("Vocab.learn: no words in the sample to learn a vocabulary from")
-        options.setdefault("lower_thresh", 1)
-        learned = lib.learn(counts, vocab_size, list(RESERVED), **options)
-        tokens = list(RESERVED) + [t for t in learned if t not in RESERVED]
-        logging.info("Vocab.learn(wordpiece): %d tokens from %d distinct words", len(tokens),
-                     len(counts))
-        return cls(tokens[:vocab_size])
+            return _learn_sentencepiece(iter(lines), vocab_size, options)
+        return _learn_wordpiece(lines, vocab_size, options)
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes one token per line, UTF-8; line i (0-based) is id i. A SentencePiece
@@ -268,6 +272,166 @@ class Vocab:
         return f"Vocab(size={len(self)}, first={self._tokens[4:9]})"
 
 
+# Options of tokenizers.trainers.WordPieceTrainer that Vocab.learn passes on. The others are
+# fixed by the contract with FastWordpieceTokenizer (vocab_size, special_tokens,
+# continuing_subword_prefix="##", no end_of_word_suffix), or would break the coverage of every
+# character (limit_alphabet).
+_WORDPIECE_OPTIONS = ("min_frequency", "initial_alphabet", "show_progress")
+_SAMPLE_BATCH = 8192  # lines per Reservoir.add / trainer batch
+
+
+def _check_wordpiece_options(options: dict) -> None:
+    unknown = sorted(set(options) - set(_WORDPIECE_OPTIONS))
+    if unknown:
+        # The trainer would only print "Ignored unknown kwargs option" and go on.
+        raise TypeError(f"Vocab.learn(tokenizer='wordpiece') got unknown option(s) {unknown}; "
+                        f"it passes only {list(_WORDPIECE_OPTIONS)} to "
+                        "tokenizers.trainers.WordPieceTrainer")
+
+
+def _describe(source) -> str:
+    """A short name of a ``Vocab.learn`` input for messages."""
+    if isinstance(source, tf.data.Dataset):
+        return f"a dataset of {source.element_spec}"
+    if isinstance(source, (str, os.PathLike)):
+        return repr(os.fspath(source))
+    return f"a {type(source).__name__}"
+
+
+def _names_files(source) -> bool:
+    """Whether a list/tuple given to ``Vocab.learn`` is file patterns rather than lines: its
+    first item is a path object, or a string naming an existing file or matching a glob."""
+    if not isinstance(source, (list, tuple)) or not source:
+        return False
+    first = source[0]
+    if isinstance(first, os.PathLike):
+        return True
+    if not isinstance(first, str) or not first or "\n" in first:
+        return False
+    from tfseq.reading import resolve_files
+    try:
+        return bool(resolve_files([first]))
+    except (FileNotFoundError, ValueError, tf.errors.OpError):
+        return False
+
+
+def _line_batches(source):
+    """``Vocab.learn``'s input -> an iterator of ``[n]`` batches of lines (numpy ``object``
+    arrays of ``bytes``, or lists of ``str``/``bytes``)."""
+    if isinstance(source, tf.data.Dataset):
+        spec = source.element_spec
+        if (not isinstance(spec, tf.TensorSpec) or spec.dtype != tf.string
+                or spec.shape.rank not in (0, 1)):
+            raise ValueError(f"Vocab.learn needs a dataset of tf.string lines (scalars or [n] "
+                             f"batches); received element_spec={spec}")
+        if spec.shape.rank == 0:
+            source = source.batch(_SAMPLE_BATCH)
+        return source.as_numpy_iterator()
+    if isinstance(source, (str, os.PathLike)) or _names_files(source):
+        from tfseq.reading import text_lines
+        return text_lines(source, batch_size=_SAMPLE_BATCH).as_numpy_iterator()
+    if isinstance(source, bytes) or not hasattr(source, "__iter__"):
+        raise TypeError(f"Vocab.learn takes a dataset, file paths/globs or an iterable of str "
+                        f"lines; received {type(source).__name__} {source!r:.80}")
+    return _chunks(iter(source))
+
+
+def _chunks(lines):
+    """An iterator of ``str``/``bytes`` lines -> lists of ``_SAMPLE_BATCH`` of them."""
+    import itertools
+
+    while chunk := list(itertools.islice(lines, _SAMPLE_BATCH)):
+        for line in chunk:
+            if not isinstance(line, (str, bytes)):
+                raise TypeError(f"Vocab.learn: lines must be str or bytes; received "
+                                f"{type(line).__name__} {line!r:.80}")
+        yield chunk
+
+
+def _sample_lines(source, max_lines: int, progress_every: int, what: str) -> list[str]:
+    """Reads ``source`` once; returns a uniform sample of at most ``max_lines`` of its lines,
+    in input order, as ``str`` (invalid UTF-8 replaced by U+FFFD)."""
+    from absl import logging
+
+    from tfseq.sampling import Reservoir
+
+    if isinstance(max_lines, bool) or not isinstance(max_lines, int) or max_lines < 1:
+        raise ValueError(f"max_lines must be an int >= 1; received max_lines={max_lines!r}")
+    reservoir = Reservoir(max_lines, seed=0)
+    logged = 0
+    for batch in _line_batches(source):
+        reservoir.add(batch)
+        if progress_every and reservoir.seen // progress_every > logged:
+            logged = reservoir.seen // progress_every
+            logging.info("Vocab.learn(%s): %d lines read", what, reservoir.seen)
+    logging.info("Vocab.learn(%s): %d lines read, %d sampled", what, reservoir.seen,
+                 len(reservoir))
+    return [line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line
+            for line in reservoir.sample()]
+
+
+def _case_fold(lines: list[str]) -> list[str]:
+    """``tensorflow_text.case_fold_utf8`` (what ``tokenize(lowercase=True)`` applies) on every
+    line."""
+    folded = []
+    for start in range(0, len(lines), _SAMPLE_BATCH):
+        batch = tf_text.case_fold_utf8(tf.constant(lines[start:start + _SAMPLE_BATCH]))
+        folded += [line.decode("utf-8", errors="replace") for line in batch.numpy().tolist()]
+    return folded
+
+
+def _learn_wordpiece(lines: list[str], vocab_size: int, options: dict) -> Vocab:
+    """A ``##`` WordPiece vocabulary of ``lines`` from ``tokenizers.trainers.WordPieceTrainer``
+    (a BPE trainer whose merges become the pieces; ``FastWordpieceTokenizer`` then splits
+    words greedily, longest piece first)."""
+    from absl import logging
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    chars = set()
+    for start in range(0, len(lines), _SAMPLE_BATCH):
+        chars.update("".join(lines[start:start + _SAMPLE_BATCH]))
+    chars.update(c[0] for c in options.get("initial_alphabet", ()) if c)
+    chars = sorted(c for c in chars if not _WHITE_SPACE_RUN.match(c))
+    if not chars:
+        raise ValueError("Vocab.learn: no words in the sample to learn a vocabulary from")
+    needed = len(RESERVED) + 2 * len(chars)
+    if needed > vocab_size:
+        raise ValueError(f"Vocab.learn(tokenizer='wordpiece'): the sample has {len(chars)} "
+                         f"distinct characters, which need {needed} tokens with their ## forms "
+                         f"and the reserved tokens; received vocab_size={vocab_size}. Raise "
+                         "vocab_size (or use tokenizer='sentencepiece' with "
+                         "character_coverage < 1 to map rare characters to <unk>)")
+    # The trainer gives a character a "##" form when it first meets it inside a word, in hash
+    # map order: ids, and the merges that tie on count (broken by id), would change from run
+    # to run. Given first, in code point order, as special tokens, every "##" form has a fixed
+    # id, so the same sample gives the same vocabulary; and every character is also covered
+    # inside words, where it may occur in text the sample did not hold.
+    suffixes = ["##" + c for c in chars]
+    tokenizer = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix="##"))
+    # Splits where split_words (and the whitespace tokenizer) split, at Unicode White_Space
+    # (Rust's char::is_whitespace; checked on every code point): punctuation stays in words.
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    trainer = trainers.WordPieceTrainer(**{
+        "show_progress": False, **options, "vocab_size": vocab_size,
+        "special_tokens": list(RESERVED) + suffixes, "continuing_subword_prefix": "##"})
+    tokenizer.train_from_iterator(
+        (lines[start:start + _SAMPLE_BATCH] for start in range(0, len(lines), _SAMPLE_BATCH)),
+        trainer=trainer, length=len(lines))
+    ids = tokenizer.get_vocab(with_added_tokens=True)
+    tokens = sorted(ids, key=ids.get)
+    # Drop what the Vocab constructor rejects (empty tokens, line breaks). Words hold no line
+    # break (the pre-tokenizer splits there) but initial_alphabet may bring one. Tokens are
+    # unique: they are the keys of the trainer's vocabulary.
+    rejected = [t for t in tokens if not t or "\n" in t or "\r" in t]
+    if rejected:
+        logging.warning("Vocab.learn(wordpiece): dropped %d tokens that hold a line break: %r",
+                        len(rejected), rejected[:10])
+        tokens = [t for t in tokens if t and "\n" not in t and "\r" not in t]
+    logging.info("Vocab.learn(wordpiece): %d tokens (%d characters with their ## forms) from "
+                 "%d lines", len(tokens), len(chars), len(lines))
+    return Vocab(tokens)
+
+
 def _learn_sentencepiece(sentences, vocab_size: int, options: dict) -> Vocab:
     import io
 
@@ -317,7 +481,7 @@ _WHITE_SPACE_RUN = re.compile("[" + "".join(
 
 def split_words(line: str) -> list[str]:
     """A Python ``str`` -> its words, split where the whitespace tokenizer splits (Unicode
-    White_Space); what ``Vocab.learn`` counts for a wordpiece vocabulary."""
+    White_Space), as ``Vocab.learn``'s wordpiece trainer splits them."""
     return [w for w in _WHITE_SPACE_RUN.split(line) if w]
 
 

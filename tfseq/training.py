@@ -26,6 +26,7 @@ import time
 from typing import Callable, Mapping
 
 import keras
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -89,11 +90,15 @@ class _SignalFlag:
 
 
 class Trainer:
-    """Runs epochs of ``train_on_batch`` over ``train_ds`` with resumable checkpoints.
+    """Runs epochs of ``train_on_batch`` with resumable checkpoints.
 
     Args:
       model: a compiled Keras model.
-      train_ds: one epoch of ``(features, labels)`` or ``(features, labels, weights)`` batches.
+      data: one epoch of ``(features, labels)`` or ``(features, labels, weights)`` batches:
+        either a ``tf.data.Dataset`` (its iterator, buffers included, goes into the
+        checkpoint), or a ``tfseq.resumable.ResumableStream`` (only its position and its
+        counter's counts do: a few integers, whatever the corpus; its ``epoch`` is this
+        trainer's).
       model_dir: where checkpoints go (``model_dir/ckpt``); ``None`` disables checkpointing.
       checkpoint_every: save every N steps (0: only at epoch ends and on signals).
       trackables: extra objects saved with the checkpoint, e.g. ``{"counter": DropCounter}``
@@ -103,20 +108,34 @@ class Trainer:
         to record example ids).
       on_epoch_start: ``fn(epoch)`` called before the first step of each epoch (not when a
         resume continues one mid-way), e.g. to reset per-pass counters.
+      stats: a ``tfseq.BatchStats`` that a stream's batches are added to as they are taken.
     """
 
-    def __init__(self, model: keras.Model, train_ds: tf.data.Dataset, *, model_dir: str | None,
+    def __init__(self, model: keras.Model, data, *, model_dir: str | None,
                  checkpoint_every: int = 0, trackables: Mapping[str, object] | None = None,
                  max_to_keep: int = 2, on_step: Callable | None = None,
-                 on_batch: Callable | None = None, on_epoch_start: Callable | None = None):
+                 on_batch: Callable | None = None, on_epoch_start: Callable | None = None,
+                 stats=None):
+        from tfseq.resumable import ResumableStream
+
         self.model = model
-        # Drop counters update tf.Variables from inside the pipeline; tf.data calls that
-        # "external state" and refuses to serialize the iterator. The counters are saved in the
-        # same checkpoint as variables (pass them in ``trackables``), so it is safe to ignore.
-        options = tf.data.Options()
-        options.experimental_external_state_policy = (
-            tf.data.experimental.ExternalStatePolicy.IGNORE)
-        self.train_ds = train_ds.with_options(options)
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        self.step_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_in_epoch")
+        self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        # Steps in the last complete epoch: the progress bar's target once known.
+        self.last_epoch_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="last_epoch_steps")
+        self.stream = data if isinstance(data, ResumableStream) else None
+        if self.stream is not None:
+            self.stream.epoch = self.epoch
+            self.train_ds = self.stream.dataset()
+        else:
+            # Drop counters update tf.Variables from inside the pipeline; tf.data calls that
+            # "external state" and refuses to serialize the iterator. The counters are saved
+            # in the same checkpoint as variables (``trackables``), so it is safe to ignore.
+            options = tf.data.Options()
+            options.experimental_external_state_policy = (
+                tf.data.experimental.ExternalStatePolicy.IGNORE)
+            self.train_ds = data.with_options(options)
         self.model_dir = model_dir
         self.checkpoint_every = checkpoint_every
         self.trackables = dict(trackables or {})
@@ -124,13 +143,10 @@ class Trainer:
         self.on_step = on_step
         self.on_batch = on_batch
         self.on_epoch_start = on_epoch_start
-        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-        self.step_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_in_epoch")
-        self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        # Steps in the last complete epoch: the progress bar's target once known.
-        self.last_epoch_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="last_epoch_steps")
+        self.stats = stats
         self._iterator = None
         self._manager = None
+        self._taken = None  # the meta of the stream batch being trained on
 
     # -- checkpoints ---------------------------------------------------------------------
     @property
@@ -138,13 +154,18 @@ class Trainer:
         return os.path.join(self.model_dir, "ckpt") if self.model_dir else None
 
     def _checkpoint(self) -> tf.train.Checkpoint:
+        position = {"iterator": self._iterator}
+        if self.stream is not None:  # the cursor, and the counts of the batches taken
+            position = {**self.stream.variables(), **{
+                f"counter_{k}": v for k, v in self.stream.counter.variables().items()}}
         return tf.train.Checkpoint(
-            model=self.model, optimizer=self.model.optimizer, iterator=self._iterator,
-            epoch=self.epoch, step_in_epoch=self.step_in_epoch, global_step=self.global_step,
-            last_epoch_steps=self.last_epoch_steps,
-            **self.trackables)
+            model=self.model, optimizer=self.model.optimizer, epoch=self.epoch,
+            step_in_epoch=self.step_in_epoch, global_step=self.global_step,
+            last_epoch_steps=self.last_epoch_steps, **position, **self.trackables)
 
-    def _new_epoch_iterator(self):
+    def _new_epoch_iterator(self, resumed: bool = False):
+        if self.stream is not None and not resumed:
+            self.stream.reset()
         self._iterator = iter(self.train_ds)
         if self.checkpoint_dir:
             self._manager = tf.train.CheckpointManager(
@@ -154,30 +175,64 @@ class Trainer:
         """Writes a checkpoint now; returns its path (None without ``model_dir``)."""
         if not self._manager:
             return None
-        path = self._manager.save(checkpoint_number=int(self.global_step.numpy()))
+        step = int(self.global_step.numpy())
+        _fault_point("before_save", step)
+        if os.environ.get("TFSEQ_FAULT") == f"mid_save:{step}":  # a write cut short
+            with open(os.path.join(self.checkpoint_dir, f"ckpt-{step}.index"), "wb") as f:
+                f.write(b"\x00" * 7)
+        _fault_point("mid_save", step)
+        path = self._manager.save(checkpoint_number=step)
+        _fault_point("after_save", step)
         logging.info("Saved checkpoint %s (epoch %d, step %d in epoch)", path,
                      int(self.epoch.numpy()), int(self.step_in_epoch.numpy()))
         return path
 
     def restore(self) -> bool:
-        """Restores the latest checkpoint in ``model_dir``, if any. Returns whether it did."""
-        latest = tf.train.latest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None
-        if not latest:
-            self._new_epoch_iterator()
-            return False
-        # The epoch counter first, so the iterator slot is the right epoch's.
-        tf.train.Checkpoint(epoch=self.epoch).restore(latest).expect_partial()
+        """Restores the newest complete checkpoint in ``model_dir``, if any; returns whether
+        it did. A checkpoint that cannot be read (a write cut short) is skipped with a warning
+        naming it, and the one before it is used."""
+        candidates = checkpoints_newest_first(self.checkpoint_dir) if self.checkpoint_dir else []
+        for path in candidates:
+            try:
+                # The epoch counter first: a dataset's iterator slot is the right epoch's.
+                tf.train.Checkpoint(epoch=self.epoch).restore(path).expect_partial()
+                self._new_epoch_iterator(resumed=True)
+                # expect_partial: the optimizer's slots are restored when its first step
+                # creates them; a run that ends before any step would warn about each one.
+                self._checkpoint().restore(path).assert_existing_objects_matched() \
+                    .expect_partial()
+            except (tf.errors.OpError, ValueError) as e:
+                logging.warning("Skipping checkpoint %s: it cannot be read (%s); trying the "
+                                "one before it", path, str(e).splitlines()[0][:200])
+                continue
+            logging.info("Resumed from %s at epoch %d, step %d in epoch", path,
+                         int(self.epoch.numpy()), int(self.step_in_epoch.numpy()))
+            return True
+        self.epoch.assign(0)
         self._new_epoch_iterator()
-        # expect_partial: the optimizer's slots are restored when its first step creates
-        # them; a run that ends before any step would otherwise warn about each one at exit.
-        self._checkpoint().restore(latest).assert_existing_objects_matched().expect_partial()
-        logging.info("Resumed from %s at epoch %d, step %d in epoch", latest,
-                     int(self.epoch.numpy()), int(self.step_in_epoch.numpy()))
-        return True
+        return False
 
     def _next_batch(self):
-        """The next training batch; raises ``StopIteration`` at the end of the epoch."""
-        return next(self._iterator)
+        """The next training batch; raises ``StopIteration`` at the end of the epoch. A
+        stream's empty batches (a pool left with no example) only bring counts: taken here."""
+        if self.stream is None:
+            return next(self._iterator)
+        while True:
+            batch, meta = next(self._iterator)
+            meta = {k: v.numpy() for k, v in meta.items()}
+            if meta["examples"] > 0:
+                self._taken = meta
+                return batch
+            self.stream.advance(meta)
+
+    def _took(self) -> None:
+        """After a step: the stream's position moves past the batch, its counts are added."""
+        if self._taken is not None:
+            self.stream.advance(self._taken)
+            if self.stats is not None:
+                self.stats.add(self._taken["tokens"], self._taken["cells"],
+                               self._taken["examples"])
+            self._taken = None
 
     def _batch_weight(self, batch) -> float:
         """How many real examples ``batch`` counts for in the epoch means."""
@@ -234,6 +289,7 @@ class Trainer:
                     if self.on_batch:
                         self.on_batch(batch)
                     logs = means.add(self._train_step(batch), self._batch_weight(batch))
+                    self._took()
                     self.step_in_epoch.assign_add(1)
                     self.global_step.assign_add(1)
                     steps_this_call += 1
@@ -260,19 +316,73 @@ class Trainer:
                            time.perf_counter() - start)
 
 
+def checkpoints_newest_first(directory: str) -> list[str]:
+    """The checkpoints a ``CheckpointManager`` recorded in ``directory``, newest first.
+
+    Files of a checkpoint whose write was cut short (a ``*_temp`` directory, or data files the
+    ``checkpoint`` index does not list) are named in a warning and removed.
+    """
+    import glob
+    import shutil
+
+    state = tf.train.get_checkpoint_state(directory) if os.path.isdir(directory) else None
+    listed = list(state.all_model_checkpoint_paths) if state else []
+    listed = [p if os.path.isabs(p) else os.path.join(directory, p) for p in listed]
+    newest = max((_number(os.path.basename(p)) for p in listed), default=-1)
+    for path in sorted(glob.glob(os.path.join(directory, "ckpt-*"))):
+        prefix = os.path.basename(path).split(".")[0]
+        if prefix.endswith("_temp") or _number(prefix) > newest:
+            logging.warning("Removing %s: a checkpoint written only in part (the run was "
+                            "stopped while writing it)", path)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
+    return listed[::-1]
+
+
+def data_state_bytes(checkpoint: str) -> int:
+    """Bytes a checkpoint spends on the input: a stream's cursor, a dataset iterator's saved
+    state (the tf.data variant, buffers included) and the drop counters."""
+    reader = tf.train.load_checkpoint(checkpoint)
+    total = 0
+    for name in reader.get_variable_to_shape_map():
+        if not name.startswith(("cursor_", "iterator", "counter_")):
+            continue
+        value = reader.get_tensor(name)
+        if getattr(value, "dtype", None) == object:
+            total += sum(len(v) for v in np.asarray(value).reshape(-1))
+        else:
+            total += np.asarray(value).nbytes
+    return int(total)
+
+
+def _number(prefix: str) -> int:
+    """``ckpt-12`` / ``ckpt-12_temp`` -> 12 (-1 if none)."""
+    digits = prefix[len("ckpt-"):].split("_")[0]
+    return int(digits) if digits.isdigit() else -1
+
+
+def _fault_point(name: str, step: int) -> None:
+    """Test hook: ``TFSEQ_FAULT=<name>:<step>`` kills this process (SIGKILL) at that point."""
+    wanted = os.environ.get("TFSEQ_FAULT")
+    if wanted and wanted == f"{name}:{step}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 class ReplicaTrainer(Trainer):
     """``Trainer`` for several replicas, with the same exactly-once mid-epoch resume.
 
     A ``tf.distribute`` iterator cannot be checkpointed, so this trainer never makes one. It
-    owns ONE ordinary iterator over ``parts_ds``, the dataset ``tfseq.replica_dataset_fn``
-    builds (the parts of every split global batch, one after another), takes
-    ``num_replicas`` consecutive parts per step and hands part ``i`` to replica ``i``
-    (``strategy.experimental_distribute_values_from_function``); ``strategy.run`` then runs
-    the model's own ``train_step`` on every replica (the optimizer all-reduces the gradients;
-    compile with ``tfseq.GlobalWeightedLoss`` so the update equals the single-device one). The
-    iterator, with its shuffle and bucketing/packing buffers, sits in the checkpoint, and a
-    checkpoint is written only between steps, so a resumed epoch delivers exactly the parts
-    the interrupted one had left.
+    owns ONE ordinary iterator over the global batches' parts, hands part ``i`` of a step to
+    replica ``i`` (``strategy.experimental_distribute_values_from_function``) and
+    ``strategy.run`` runs the model's own ``train_step`` on every replica (the optimizer
+    all-reduces the gradients; compile with ``tfseq.GlobalWeightedLoss`` so the update equals
+    the single-device one). The parts come from a ``ResumableStream`` whose batches are tuples
+    of parts (its position is checkpointed, so a resumed epoch, on this number of replicas or
+    another at the same global budget, continues the same global batches), or from a dataset
+    of parts one after another (``tfseq.replica_dataset_fn``; its iterator, buffers included,
+    is checkpointed). A checkpoint is written only between steps.
 
     Several workers (``MultiWorkerMirroredStrategy``): each worker runs this trainer on its own
     shard; before every step the workers all-reduce whether they still have data, a worker
@@ -284,8 +394,9 @@ class ReplicaTrainer(Trainer):
     Args:
       model: a Keras model built and compiled inside ``strategy.scope()``.
       strategy: ``tfseq.mirrored_strategy(n)``, or a ``MultiWorkerMirroredStrategy``.
-      parts_ds: ``(x, y)`` or ``(x, y, sample_weight)`` parts, one per LOCAL replica per step,
-        in replica order: ``replica_dataset_fn(...)(trainer_input_context(strategy))``.
+      parts_ds: a ``ResumableStream`` of tuples of parts, one per LOCAL replica; or a dataset
+        of ``(x, y)`` or ``(x, y, sample_weight)`` parts, one per LOCAL replica per step, in
+        replica order: ``replica_dataset_fn(...)(trainer_input_context(strategy))``.
       **kwargs: as for ``Trainer`` (``model_dir``, ``checkpoint_every``, ``trackables``,
         ``on_step``; ``on_batch`` receives the tuple of parts of one step).
     """
@@ -339,6 +450,12 @@ class ReplicaTrainer(Trainer):
         return parts
 
     def _next_local_parts(self):
+        if self.stream is not None:
+            parts = super()._next_batch()
+            if len(parts) != self.num_local:
+                raise ValueError(f"The stream's batches have {len(parts)} parts for "
+                                 f"{self.num_local} local replicas")
+            return tuple(parts)
         first = next(self._iterator)  # StopIteration here: the epoch ended at a step boundary
         parts = [first]
         for i in range(1, self.num_local):

@@ -1,0 +1,111 @@
+"""What every text task is configured by: ``TextConfig``, and the batching it asks for.
+
+A task's ``Config`` subclasses ``TextConfig`` and changes only defaults (and adds the few
+fields that are its own, e.g. translate's ``source_files``). The binaries map their flags onto
+these fields (``scripts/train.py``); the library reads them in one place each:
+
+============================  ========================================================
+files and format              ``train_files``, ``eval_files``, ``format``, ``columns``,
+                              ``header``; ``files`` (the embedded corpus format)
+hold-out split                ``eval_percent`` (a stable hash of each record)
+tokenizer and vocabulary      ``tokenizer``, ``lowercase``, ``vocab_path``, ``vocab_size``,
+                              ``vocab_max_lines``, ``min_count``, ``max_vocab``
+lengths                       ``max_length``, ``long_examples``, ``max_line_bytes``
+batching and budgets          ``batching``, ``batch_size``, ``max_tokens``,
+                              ``block_length``, ``max_segments``, ``boundaries``
+shuffling                     ``seed``, ``shuffle_shard_bytes``
+============================  ========================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tfseq.batching import MODES, Batching
+from tfseq.formats import InputError
+
+LONG_EXAMPLES = ("truncate", "drop")
+
+
+@dataclasses.dataclass(frozen=True)
+class TextConfig:
+    """The shared configuration of the text tasks (see the module docstring)."""
+
+    train_files: tuple[str, ...] = ()      # user files (globs, .gz); empty: the embedded corpus
+    eval_files: tuple[str, ...] = ()       # empty: hold out eval_percent of train_files
+    format: str | None = None              # tsv | csv | text | conll; None: from the extension
+    columns: tuple[str, ...] = ()          # field names in order ("_" skips); (): the task's
+    header: bool = False                   # skip each file's first line
+    files: tuple[str, ...] = ()            # files in the embedded corpus' format; empty: it
+    eval_percent: int = 10
+    tokenizer: str = "whitespace"
+    lowercase: bool = True
+    vocab_path: str | None = None          # load this vocab (or SentencePiece .model)
+    vocab_size: int | None = None          # learn a wordpiece/sentencepiece vocab of this size
+    vocab_max_lines: int = 1_000_000       # lines sampled (uniformly) to learn a vocabulary
+    min_count: int = 2
+    max_vocab: int = 20000
+    max_length: int = 128                  # tokens per example (see long_examples)
+    long_examples: str = "truncate"        # "truncate" at max_length (counted) or "drop"
+    max_line_bytes: int = 1 << 16
+    batching: str = "bucket"               # pad | bucket | pack
+    batch_size: int = 64                   # rows per batch for batching="pad"
+    max_tokens: int = 2048                 # cells per batch for "bucket" / "pack" (per replica)
+    # Row lengths for batching="pack": each example goes into the shortest rows that hold it.
+    block_length: int | tuple[int, ...] = (32, 64, 128)
+    max_segments: int = 32                 # examples per packed row
+    boundaries: tuple[int, ...] = ()       # bucket upper bounds; (): every length its own
+    seed: int = 0
+    shuffle_shard_bytes: int = 64 << 20    # memory bound of the line shuffle (text per shard)
+
+    def check(self) -> None:
+        """Raises ``InputError`` on a value no run can use, naming it."""
+        if self.batching not in MODES:
+            raise InputError(f"Unknown batching {self.batching!r}; expected one of {MODES}")
+        if self.long_examples not in LONG_EXAMPLES:
+            raise InputError(f"long_examples must be one of {LONG_EXAMPLES}; received "
+                             f"{self.long_examples!r}")
+        for name in ("batch_size", "max_tokens", "max_length", "max_segments", "eval_percent"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < (0 if name == "eval_percent" else 1):
+                raise InputError(f"{name} must be a positive int; received {value!r}")
+        if list(self.boundaries) != sorted(set(self.boundaries)) or any(
+                b < 1 for b in self.boundaries):
+            raise InputError(f"boundaries must be ascending positive ints; received "
+                             f"{list(self.boundaries)}")
+
+
+def batching_of(config: TextConfig, *, longest: int, aligned=(), pack_split: bool = False,
+                block_length=None) -> Batching:
+    """The ``Batching`` a config asks for. ``longest``: the longest example the task's
+    encoding emits (its budgets must hold one); ``aligned``: per-token targets packed with
+    their input; ``pack_split``: split examples longer than a (single) row length across rows
+    instead of truncating (lm).
+
+    Raises:
+      InputError: a budget that cannot hold one example of ``longest`` tokens, or row lengths
+        whose longest is shorter than that (naming the values).
+    """
+    block = config.block_length if block_length is None else block_length
+    if isinstance(block, (list, tuple)):
+        block = tuple(sorted(set(int(b) for b in block)))
+        block = block[0] if len(block) == 1 else block
+    if config.batching == "bucket" and config.max_tokens < longest:
+        raise InputError(f"max_tokens={config.max_tokens} cannot hold one example of "
+                         f"{longest} tokens (max_length); raise max_tokens or lower max_length")
+    long_examples = "truncate"
+    if config.batching == "pack":
+        widest = block if isinstance(block, int) else max(block)
+        if config.max_tokens < widest:
+            raise InputError(f"max_tokens={config.max_tokens} is smaller than one packed row "
+                             f"of {widest} tokens (block_length)")
+        if widest < longest:
+            if not (pack_split and isinstance(block, int)):
+                raise InputError(f"block_length={block}: the longest row is shorter than an "
+                                 f"example may be ({longest} tokens); add a longer row, or "
+                                 "lower max_length")
+            long_examples = "split"
+    return Batching(config.batching, batch_size=config.batch_size, max_tokens=config.max_tokens,
+                    max_length=longest, block_length=block, max_segments=config.max_segments,
+                    boundaries=tuple(b for b in config.boundaries if b <= longest),
+                    long_examples=long_examples, aligned=tuple(aligned))

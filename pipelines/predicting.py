@@ -1,0 +1,177 @@
+"""Batch inference over files with an export: one output line per input line, in input order.
+
+Lines are read (``tfseq.formats.read_records``, file by file), parsed (``formats.parse``: the
+input column of a TSV/CSV line, or the whole line), tokenized with the export's own ``encode``
+signature, numbered (``tfseq.with_index``), batched by length under ``max_tokens`` cells
+(``tfseq.bucket_by_length``, no shuffle), run through ``predict_ids`` and put back in input
+order (``tfseq.predict_in_order``): memory is bounded by the bucketing pool, not by the file.
+The task of the export (``serving.json``) turns each prediction into its output line
+(``TextTask.prediction_line``).
+
+A line that cannot be used (wrong field count, invalid UTF-8, a NUL byte, no token where the
+task needs one, too long under ``long_examples=drop``) gets an empty output line and is counted
+by reason in the report.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import tensorflow as tf
+
+from tfseq import formats, serving
+from tfseq.pipelines import tasks
+
+BATCHING = ("bucket", "pad")
+# Reason codes of an unusable line (0: usable), in report order.
+REASONS = ("ok", "malformed", "invalid_utf8", "nul_byte", "empty", "too_long")
+
+
+def export_dir_of(model_dir: str) -> str:
+    """``model_dir/export`` if it exists, else ``model_dir`` when it is a SavedModel.
+
+    Raises:
+      FileNotFoundError: neither (the message says how to export).
+    """
+    for path in (os.path.join(model_dir, "export"), model_dir):
+        if os.path.exists(os.path.join(path, "saved_model.pb")):
+            return path
+    raise FileNotFoundError(f"No SavedModel in {model_dir}/export or {model_dir}: run "
+                            f"tfseq-export --model_dir={model_dir} first")
+
+
+def make_parser(fmt: formats.RowFormat, field: str):
+    """The parse step: ``tf.string [n]`` lines -> ``{"text": tf.string [n], "reason": int32
+    [n]}`` (``REASONS`` index, 0 for a usable line; unusable lines get ``text`` = ``""``)."""
+    from tfseq.filtering import line_checks
+
+    def parse(lines):
+        checks = line_checks(lines, None)
+        row, ok = formats.parse(lines, fmt)
+        reason = tf.where(ok, 0, REASONS.index("malformed"))
+        for name in ("nul_byte", "invalid_utf8"):  # the first failing check wins
+            reason = tf.where(checks[name], REASONS.index(name), reason)
+        return {"text": tf.where(reason > 0, "", row[field]), "reason": reason}
+
+    return parse
+
+
+def input_format(info: dict, files, fmt: str | None, columns, header: bool) -> formats.RowFormat:
+    """The ``RowFormat`` of the files to predict on: ``fmt``/``columns`` if given, else the
+    training run's (``serving.json``), else from the extension (a TSV's default columns: the
+    embedded corpus' ``book,chapter,verse,<input>``).
+
+    Raises:
+      ValueError: a format predict cannot read, or columns without the input field.
+    """
+    field = info.get("input", "text")
+    names = [str(f) for f in files]
+    fmt = fmt or ("tsv" if all(n.endswith((".tsv", ".tsv.gz")) for n in names) else
+                  "csv" if all(n.endswith((".csv", ".csv.gz")) for n in names) else "text")
+    if fmt not in ("text", "tsv", "csv"):
+        raise ValueError(f"Unknown format {fmt!r}; expected one of text, tsv, csv (one input "
+                         "per line)")
+    if fmt == "text":
+        return formats.RowFormat("text", ("text",), header)
+    trained = info.get("columns") if info.get("format") in (None, fmt) else None
+    columns = tuple(columns or trained or (
+        [field] if fmt == "csv" else ["book", "chapter", "verse", field]))
+    if field not in columns:
+        raise ValueError(f"--columns={','.join(columns)} has no {field!r} field; name the "
+                         f"input column {field!r} (and `_` for the others)")
+    return formats.RowFormat(fmt, tuple(c if c == field else "_" for c in columns), header)
+
+
+def predict_files(model_dir: str, files, output: str, *, fmt: str | None = None,
+                  columns=None, header: bool = False, max_tokens: int = 8192,
+                  batching: str = "bucket", pool_size: int = 8192, progress=None) -> dict:
+    """Runs the export of ``model_dir`` over ``files`` and writes ``output``; returns the report.
+
+    Args:
+      progress: ``fn(lines so far)`` called after each batch (a progress bar), or ``None``.
+
+    Raises:
+      FileNotFoundError: no export, or a file pattern that matches nothing.
+      ValueError: bad arguments (named), a truncated gzip file.
+    """
+    import tensorflow_text  # noqa: F401  (the export's text ops)
+
+    import tfseq
+
+    if max_tokens <= 0:
+        raise ValueError(f"--max_tokens must be positive; received {max_tokens}")
+    if batching not in BATCHING:
+        raise ValueError(f"Unknown batching {batching!r}; expected one of {BATCHING}")
+    export_dir = export_dir_of(model_dir)
+    info = serving.read_info(export_dir)
+    task = tasks.load(info["task"])
+    paths = formats.resolve(files, "--files")
+    row_format = input_format(info, paths, fmt, columns, header)
+    longest = info.get("max_ids") or max_tokens
+    if longest > max_tokens:
+        raise ValueError(f"--max_tokens={max_tokens} cannot hold one line of the model's "
+                         f"max_length ({longest} ids); raise --max_tokens")
+    model = tf.saved_model.load(export_dir)
+    drop_long = info.get("long_examples") == "drop"
+    needs_tokens = info.get("needs_tokens", True)
+
+    def encode(batch):
+        encoded = model.encode(batch["text"])
+        ids = encoded["ids"][:, :max_tokens]
+        reason = batch["reason"]
+        if needs_tokens:
+            reason = tf.where((reason == 0) & (ids.row_lengths() == 0),
+                              REASONS.index("empty"), reason)
+        if drop_long:
+            reason = tf.where((reason == 0) & encoded["truncated"],
+                              REASONS.index("too_long"), reason)
+        return {"ids": ids, "reason": reason, "truncated": encoded["truncated"],
+                "index": batch["index"]}
+
+    lines = formats.read_records(paths, row_format, batch_size=512, in_order=True)
+    ds = lines.map(make_parser(row_format, "text" if row_format.format == "text"
+                               else info.get("input", "text"))).apply(
+        tfseq.with_index(batched=True))
+    ds = ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE)
+    if batching == "bucket":
+        ds = ds.apply(tfseq.bucket_by_length(max_tokens=max_tokens, max_length=longest,
+                                             pool_size=pool_size, shuffle=False))
+    else:
+        ds = tfseq.unbatch(ds).apply(tfseq.pad_batch(max(1, max_tokens // longest)))
+    ds = ds.prefetch(2).with_options(tfseq.pipeline_options())
+
+    counts = {"lines": 0, "real_tokens": 0, "truncated": 0, "batches": 0,
+              **{r: 0 for r in REASONS[1:]}}
+
+    def model_fn(batch):
+        out = model.predict_ids(batch["ids"], batch["ids_length"])
+        out = {k: v.numpy() for k, v in out.items()}
+        out["reason"] = batch["reason"].numpy()
+        counts["lines"] += len(out["reason"])
+        counts["batches"] += 1
+        usable = out["reason"] == 0
+        counts["real_tokens"] += int(batch["ids_length"].numpy()[usable].sum())
+        counts["truncated"] += int((batch["truncated"].numpy() & usable).sum())
+        for code in set(out["reason"].tolist()) - {0}:
+            counts[REASONS[code]] += int((out["reason"] == code).sum())
+        if progress is not None:
+            progress(counts["lines"])
+        return out
+
+    bad_examples = []
+    start = time.perf_counter()
+    with open(output, "w", encoding="utf-8") as f:
+        # Held back at most: the pools in flight plus bucketing's carried tail (under 9
+        # budgets of cells, so under 9 * max_tokens rows).
+        for index, row in tfseq.predict_in_order(model_fn, ds, max_buffer=4 * pool_size
+                                                 + 64 * 512 + 9 * max_tokens):
+            if row["reason"] and len(bad_examples) < 5:
+                bad_examples.append(f"line {index + 1}: {REASONS[row['reason']]}")
+            f.write((task.prediction_line(row) if row["reason"] == 0 else "") + "\n")
+    seconds = time.perf_counter() - start
+    return {"task": info["task"], "export": export_dir, "files": paths, "output": output,
+            "batching": batching, "max_tokens": max_tokens, "seconds": seconds,
+            "lines_per_second": counts["lines"] / seconds if seconds else 0.0,
+            "real_tokens_per_second": counts["real_tokens"] / seconds if seconds else 0.0,
+            "first_unusable": bad_examples, **counts}

@@ -1,0 +1,431 @@
+"""The task spine: what every text task has, once; a task supplies only what is its own.
+
+Shapes: n = records in a batch, m = rows kept, B = rows in a batch, T = time.
+
+A task (classify, lm, translate, tag) is a ``TextTask`` subclass. It supplies:
+
+===================  ===============================================================
+its rows             ``columns`` (required columns of the user's files), and
+                     ``corpus_source`` (the embedded corpus' rows, if it has one)
+its encoding         ``encode_rows(config, state, rows, counter)``: rows -> examples
+                     (a ragged batch: sequence features int32 ``[m, (T)]``, scalars
+                     ``[m]``), and ``features`` (``tfseq.model_inputs.ModelFeatures``):
+                     which of them the model reads and learns
+its model            ``build_model(config, state, model_config)``
+its serving          ``serving_module(...)`` (the export's signature) and
+                     ``prediction_line(row)`` (``tfseq-predict``'s output line)
+===================  ===============================================================
+
+and the spine does the rest for every task: the user's files and formats (``sources``), the
+hold-out split, the checks on text columns, the vocabularies and label sets learned in one pass
+(``state``), label lookup, the batching seam (``tfseq.batching.Batching``: pad | bucket |
+pack from the config), the resumable shuffled training stream (``tfseq.resumable``), the
+evaluation batches, and the split of global batches over replicas.
+
+Element spec of every dataset a task gives (``TaskData.train`` / ``.eval``), for
+``model.fit``: ``(inputs, targets, weights)`` as ``ModelFeatures`` makes them from padded
+(pad, bucket) or packed (pack) batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import weakref
+from typing import Callable, ClassVar
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from tfseq.pipelines import sources
+from tfseq.pipelines.config import TextConfig, batching_of
+from tfseq.pipelines.sources import Source
+from tfseq.pipelines.state import PassReport, TaskState, prepare
+from tfseq._common import pipeline_options
+from tfseq.batching import Batching
+from tfseq.filtering import line_checks
+from tfseq.formats import InputError
+from tfseq.model_inputs import ModelFeatures
+from tfseq.resumable import RecordShards, ResumableStream, num_shards_for
+from tfseq.splitting import split
+from tfseq.stats import BatchStats, DropCounter
+from tfseq.text import BOS_ID, EOS_ID, get_tokenizer
+
+
+@dataclasses.dataclass
+class TaskData:
+    """A task's datasets for ``model.fit`` and what they were built from.
+
+    Attributes:
+      train: training batches ``(inputs, targets, weights)``, shuffled anew every epoch.
+      eval: evaluation batches, in file order.
+      state: the vocabularies and label sets (``TaskState``).
+      counters: ``{"train": DropCounter, "eval": DropCounter}``: records read and dropped.
+      stats: ``{"train": BatchStats, "eval": BatchStats}`` of the batches delivered.
+      stream: the training ``ResumableStream`` (``train`` is its batches).
+      setup: the ``PassReport`` of the reading done before the first step.
+    """
+
+    train: tf.data.Dataset
+    eval: tf.data.Dataset
+    state: TaskState
+    counters: dict[str, DropCounter]
+    stats: dict[str, BatchStats]
+    stream: ResumableStream
+    setup: PassReport
+    drop_examples: Callable[[int], list[str]]
+
+
+class TextTask:
+    """A text task on the spine; see the module docstring for what a subclass supplies.
+
+    Class attributes:
+      name: the ``--task`` name.
+      Config: its ``TextConfig`` subclass.
+      columns: the columns its rows need; ``allowed_columns`` the ones it accepts.
+      text_columns: columns checked as text lines (``tfseq.filter_lines``' reasons).
+      vocab_columns: ``{vocabulary name: columns it learns from}``.
+      label_columns: columns whose values are discovered into label sets (ids in ``encode``).
+      features: the ``ModelFeatures`` of its model.
+      aligned: ``Batching.aligned``: per-token targets packed with their input.
+      pack_split: long examples are split across packed rows of one length (lm).
+      model_module: the module with ``ModelConfig`` and ``build_model``.
+      prediction_input: the export's input name (``text`` or ``source``).
+    """
+
+    name: ClassVar[str]
+    Config: ClassVar[type] = TextConfig
+    columns: ClassVar[tuple[str, ...]] = ("text",)
+    allowed_columns: ClassVar[tuple[str, ...] | None] = None
+    text_columns: ClassVar[tuple[str, ...]] = ("text",)
+    vocab_columns: ClassVar[dict[str, tuple[str, ...]]] = {"vocab": ("text",)}
+    label_columns: ClassVar[tuple[str, ...]] = ()
+    features: ClassVar[ModelFeatures]
+    aligned: ClassVar[tuple[tuple[str, str], ...]] = ()
+    pack_split: ClassVar[bool] = False
+    model_module: ClassVar[str]
+    prediction_input: ClassVar[str] = "text"
+
+    # ----- rows
+
+    def source(self, config, split: str) -> Source:
+        """The records of ``split``: the user's files, else the embedded corpus."""
+        if config.train_files:
+            return sources.user_source(config, split, required=self.columns,
+                                       allowed=self.allowed_columns or self.columns)
+        if config.eval_files:
+            raise InputError("--eval_files applies to --train_files, which is not given")
+        return self.corpus_source(config, split)
+
+    def corpus_source(self, config, split: str) -> Source:
+        raise InputError(f"--task={self.name} needs --train_files (it has no embedded corpus)")
+
+    def fixed_labels(self, config) -> dict[str, tuple[str, ...]]:
+        """Label sets known without reading the data (the embedded corpus' classes)."""
+        return {}
+
+    def check_labels(self, labels: dict[str, tuple[str, ...]]) -> None:
+        """Raises ``InputError`` on label sets the task cannot learn from."""
+
+    def label_values(self, column: str, values: tf.Tensor) -> tf.Tensor:
+        """``tf.string [m]`` values of a label column -> the labels they hold (``[k]``)."""
+        return tf.strings.strip(values)
+
+    def clean_rows(self, config, rows: dict, counter: DropCounter) -> dict:
+        """Drops rows whose text columns are not usable lines (``filter_lines``' reasons:
+        ``too_many_bytes``, ``invalid_utf8``, ``nul_byte``, ``empty``), counted."""
+        checks = {}
+        counter.register("too_many_bytes", "invalid_utf8", "nul_byte", "empty")
+        for column in self.text_columns:
+            if column in rows:
+                for reason, fires in line_checks(rows[column], config.max_line_bytes).items():
+                    checks[reason] = fires if reason not in checks else checks[reason] | fires
+        if not checks:
+            return rows
+        keep = counter.keep_if(checks)
+        return {k: tf.boolean_mask(v, keep) for k, v in rows.items()}
+
+    # ----- learned state
+
+    def prepare(self, config, *, shards: RecordShards | None = None, fingerprint=None,
+                write=None) -> tuple[TaskState, PassReport]:
+        """The vocabularies and label sets of the training data, in at most one read
+        (``pipelines.state.prepare``)."""
+        config.check()
+        return prepare(self, config, self.source(config, "train"), shards=shards,
+                       fingerprint=fingerprint, write=write)
+
+    # ----- encoding
+
+    def encode_rows(self, config, state: TaskState, rows: dict, counter: DropCounter) -> dict:
+        raise NotImplementedError
+
+    def longest(self, config) -> int:
+        """The most tokens of an example ``encode_rows`` emits (a batch must hold one)."""
+        return config.max_length
+
+    def encode_fn(self, config, state: TaskState, split: str,
+                  counter: DropCounter) -> Callable[[tf.Tensor], dict]:
+        """``records tf.string [n] -> examples`` of ``split`` (a graph function), every drop
+        counted in ``counter``: parse, clean, label ids, ``encode_rows``."""
+        source = self.source(config, split)
+        tables = {column: label_table(state.labels[column]) for column in state.labels
+                  if column in self.label_columns and column not in self.token_label_columns}
+
+        def encode(records):
+            rows = self.clean_rows(config, source.parse(records, counter), counter)
+            if tables:
+                counter.register("unknown_label")
+                ids = {c: t.lookup(tf.strings.strip(rows[c])) for c, t in tables.items()}
+                keep = counter.keep_if({"unknown_label": tf.reduce_any(
+                    tf.stack([i < 0 for i in ids.values()]), axis=0)})
+                rows = {k: tf.boolean_mask(ids.get(k, v), keep) for k, v in rows.items()}
+            return self.encode_rows(config, state, rows, counter)
+
+        return encode
+
+    token_label_columns: ClassVar[tuple[str, ...]] = ()
+
+    def batching(self, config) -> Batching:
+        return batching_of(config, longest=self.longest(config), aligned=self.aligned,
+                           pack_split=self.pack_split)
+
+    def eval_batching(self, config) -> Batching:
+        """Evaluation batches: by length, in file order, a budget of the training batch's
+        cells (the model computes the same per-example function in every mode)."""
+        longest = self.longest(config)
+        cells = config.batch_size * longest if config.batching == "pad" else config.max_tokens
+        return Batching("bucket", max_tokens=max(cells, longest), max_length=longest)
+
+    # ----- datasets
+
+    def eval_dataset(self, config, state: TaskState, counter: DropCounter,
+                     stats: BatchStats | None = None, *, num_shards: int = 1,
+                     shard_index: int = 0) -> tf.data.Dataset:
+        """Evaluation batches ``(inputs, targets, weights)``, in file order."""
+        source = self.source(config, "eval")
+        encode = self.encode_fn(config, state, "eval", counter)
+        ds = source.read(num_shards, shard_index).map(encode, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.apply(self.eval_batching(config).transform(training=False,
+                                                           counter=DropCounter("eval_batches")))
+        if stats is not None:
+            ds = ds.apply(stats.track())
+        return ds.map(self.features).prefetch(tf.data.AUTOTUNE).with_options(pipeline_options())
+
+    def record_shards(self, config, *, num_workers: int = 1, worker: int = 0,
+                      directory: str | None = None) -> RecordShards:
+        """The training records as shuffle shards (``directory``: where shards are spilled
+        when the input needs more than one; a temporary one if ``None``)."""
+        source = self.source(config, "train")
+        k = num_shards_for(source.files, config.shuffle_shard_bytes)
+        if k > 1 and directory is None:
+            import atexit
+            import shutil
+            import tempfile
+            directory = tempfile.mkdtemp(prefix="tfseq_shards_")
+            atexit.register(shutil.rmtree, directory, ignore_errors=True)
+        return RecordShards(lambda: source.read(num_workers, worker), num_shards=k,
+                            seed=config.seed, directory=directory)
+
+    def training_stream(self, config, state: TaskState, counter: DropCounter,
+                        shards: RecordShards, *, replicas: int = 1,
+                        epoch: tf.Variable | None = None) -> ResumableStream:
+        """The resumable training stream: global batches of ``replicas`` times the budget,
+        split into ``replicas`` parts of ``(inputs, targets, weights)`` when ``replicas`` > 1
+        (a tuple; one part: the part itself)."""
+        batching = self.batching(config).scaled(replicas)
+
+        def to_model(batch):
+            if replicas == 1:
+                return self.features(batch)
+            parts = split(batch, replicas, balance="tokens", equal_rows=True)
+            return tuple(self.features(part) for part in parts)
+
+        return ResumableStream(shards, self.encode_fn(config, state, "train", counter),
+                               batching.pool_batcher(counter), counter=counter,
+                               seed=config.seed, epoch=epoch, map_fn=to_model,
+                               token_keys=self.features.inputs, **batching.pool_size)
+
+    def datasets(self, config, state: TaskState | None = None, *, write=None) -> TaskData:
+        """Everything ``model.fit`` needs, on one device: ``TaskData``."""
+        shards = self.record_shards(config)
+        setup = PassReport()
+        if state is None:
+            state, setup = self.prepare(config, shards=shards,
+                                        fingerprint=sources.fingerprint(shards_files(self, config)),
+                                        write=write)
+        elif shards.num_shards > 1:
+            prepare(self, config, self.source(config, "train"), shards=shards,
+                    fingerprint=sources.fingerprint(shards_files(self, config)), write=write)
+        counters = {"train": DropCounter("train"), "eval": DropCounter("eval")}
+        stats = {"train": BatchStats(), "eval": BatchStats()}
+        stream = self.training_stream(config, state, counters["train"], shards)
+        train = committed(stream, stats["train"]).prefetch(tf.data.AUTOTUNE)
+        eval_ds = self.eval_dataset(config, state, counters["eval"], stats["eval"])
+        return TaskData(train.with_options(pipeline_options()), eval_ds, state, counters, stats,
+                        stream, setup, self.source(config, "train").drop_examples)
+
+    # ----- model, serving, prediction
+
+    def model_config(self, **overrides):
+        module = importlib.import_module(self.model_module)
+        return dataclasses.replace(module.ModelConfig(), **overrides)
+
+    def build_model(self, config, state: TaskState, model_config=None):
+        module = importlib.import_module(self.model_module)
+        return module.build_model(config, state, model_config or module.ModelConfig())
+
+    def serving_module(self, config, state: TaskState, model, asset_dir: str):
+        """``(tf.Module with serving_default, serving.json info)`` of the export."""
+        raise NotImplementedError
+
+    def prediction_line(self, row: dict) -> str:
+        """One output line of ``tfseq-predict`` for one input line's prediction."""
+        raise NotImplementedError
+
+    def baselines(self, eval_ds: tf.data.Dataset) -> dict[str, float]:
+        """Held-out scores of trivial predictors, for the report (``{}``: none)."""
+        return {}
+
+    def sample_lines(self, config, state: TaskState, model, eval_ds) -> list[str]:
+        """Lines shown after training (e.g. a few translations); none by default."""
+        return []
+
+    def replica_dataset_fn(self, config, state: TaskState, counter: DropCounter, replicas: int,
+                           *, data_service: str | None = None, stats: BatchStats | None = None):
+        """``dataset_fn`` for ``strategy.distribute_datasets_from_function`` (the tf.data
+        service path): records in file order (the service splits them among its workers),
+        pools shuffled, global batches of ``replicas`` budgets split in graph (dummy rows of
+        weight 0, never an empty replica), parts of ``(inputs, targets, weights)``."""
+        from tfseq.distribute import replica_dataset_fn
+
+        source = self.source(config, "train")
+        encode = self.encode_fn(config, state, "train", counter)
+        batching = self.batching(config)
+
+        def make_dataset(num_shards, shard_index):
+            return source.read(num_shards, shard_index).map(
+                encode, num_parallel_calls=tf.data.AUTOTUNE)
+
+        def batch_fn(n):
+            return batching.scaled(n).transform(training=True, seed=config.seed,
+                                                counter=counter)
+
+        def to_model(part):
+            return self.features(part)
+
+        fn = replica_dataset_fn(make_dataset, batch_fn, balance="tokens",
+                                data_service=data_service, map_fn=to_model)
+        if stats is None:
+            return fn
+        return lambda context: fn(context).apply(_tracked(stats))
+
+
+def _tracked(stats: BatchStats):
+    """Adds the real tokens and cells of ``(inputs, targets, weights)`` parts to ``stats``:
+    real tokens are the weighted target positions of per-token targets, or the inputs'
+    lengths."""
+
+    def apply(ds):
+        def count(x, y, w):
+            first = next(iter(x))
+            rows = tf.cast(tf.reduce_sum(tf.cast(w > 0, tf.int64)), tf.int64) \
+                if w.shape.rank == 1 else tf.math.count_nonzero(tf.reduce_max(w, axis=1))
+            real = tf.math.count_nonzero(x[first], dtype=tf.int64) if w.shape.rank == 1 \
+                else tf.math.count_nonzero(w, dtype=tf.int64)
+            ops = [stats.real_tokens.assign_add(real),
+                   stats.cells.assign_add(tf.cast(tf.size(x[first]), tf.int64)),
+                   stats.examples.assign_add(rows), stats.batches.assign_add(1)]
+            with tf.control_dependencies(ops):
+                return tf.nest.map_structure(tf.identity, (x, y, w))
+        return ds.map(count)
+
+    return apply
+
+
+def shards_files(task: TextTask, config) -> tuple[str, ...]:
+    return task.source(config, "train").files
+
+
+def committed(stream: ResumableStream, stats: BatchStats | None = None) -> tf.data.Dataset:
+    """A stream's batches for ``model.fit``: its counts and batch numbers are added to the
+    counter and ``stats`` in graph as the batches pass (read ahead of the model by the
+    prefetch; a ``tfseq.training.Trainer`` adds them exactly when it takes a batch)."""
+    ds = stream.dataset()
+    keys = stream.count_keys
+    variables = [stream.counter.variable(key) for key in keys]
+
+    def commit(batch, meta):
+        ops = [v.assign_add(meta["counts"][i]) for i, v in enumerate(variables)]
+        if stats is not None:
+            ops += [stats.real_tokens.assign_add(meta["tokens"]),
+                    stats.cells.assign_add(meta["cells"]),
+                    stats.examples.assign_add(meta["examples"]),
+                    stats.batches.assign_add(tf.cast(meta["examples"] > 0, tf.int64))]
+        with tf.control_dependencies(ops):
+            return tf.nest.map_structure(tf.identity, batch), tf.identity(meta["examples"])
+
+    # A pool left with no example gives an empty batch only to carry its counts: skip it.
+    return (ds.map(commit).filter(lambda batch, examples: examples > 0)
+            .map(lambda batch, examples: batch))
+
+
+_TOKENIZERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # vocab -> {name: tok}
+
+
+def token_ids(config, vocab, texts: tf.Tensor, *, add_bos: bool = False,
+              add_eos: bool = False) -> tf.RaggedTensor:
+    """``tf.string [m]`` -> int32 ``[m, (T)]`` ids: ``config.lowercase``, ``config.tokenizer``
+    and ``vocab``, with ``<s>``/``</s>`` if asked (as ``tfseq.tokenize``)."""
+    cache = _TOKENIZERS.setdefault(vocab, {})
+    if config.tokenizer not in cache:
+        cache[config.tokenizer] = get_tokenizer(config.tokenizer, vocab)
+    if config.lowercase:
+        texts = tf_text.case_fold_utf8(texts)
+    ids = vocab.lookup(cache[config.tokenizer].tokenize(texts))
+    rows = tf.shape(texts)[0]
+    parts = [ids]
+    if add_bos:
+        parts.insert(0, tf.RaggedTensor.from_tensor(tf.fill([rows, 1], BOS_ID)))
+    if add_eos:
+        parts.append(tf.RaggedTensor.from_tensor(tf.fill([rows, 1], EOS_ID)))
+    return tf.concat(parts, axis=1) if len(parts) > 1 else ids
+
+
+def label_table(names) -> tf.lookup.StaticHashTable:
+    """label string -> int32 id (its index in ``names``; -1 if unknown)."""
+    with tf.init_scope():
+        return tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(list(names)), tf.range(len(names), dtype=tf.int32)),
+            default_value=-1)
+
+
+def limit_lengths(config, counter: DropCounter, examples: dict, limits: dict[str, int], *,
+                  min_length: dict[str, int] | None = None) -> dict:
+    """``config.long_examples`` on ragged examples: ``"truncate"`` cuts each feature of
+    ``limits`` to its limit (counted under seen ``truncated``, once per example), ``"drop"``
+    drops examples over a limit (``too_long``); examples under ``min_length`` are dropped
+    (``too_short``)."""
+    over = tf.zeros([examples[next(iter(limits))].nrows()], tf.bool)
+    for key, limit in limits.items():
+        over |= examples[key].row_lengths() > limit
+    checks = {}
+    notes = []
+    if config.long_examples == "truncate":
+        notes.append(counter.note("truncated", tf.reduce_sum(tf.cast(over, tf.int64))))
+        examples = {k: (v[:, :limits[k]] if k in limits else v) for k, v in examples.items()}
+    else:
+        counter.register("too_long")
+        checks["too_long"] = over
+    short = tf.zeros_like(over)
+    for key, least in (min_length or {}).items():
+        short |= examples[key].row_lengths() < least
+    if min_length:
+        counter.register("too_short")
+        checks = {"too_short": short, **checks}
+    if not checks:
+        return examples
+    with tf.control_dependencies(notes):
+        keep = counter.keep_if(checks)
+    return {k: tf.gather(v, tf.where(keep)[:, 0]) for k, v in examples.items()}

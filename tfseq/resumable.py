@@ -1,0 +1,416 @@
+"""Resumable training input: an epoch's batches rebuilt from a cursor of three integers.
+
+Shapes: n = records in a read batch, W = examples in a pool, B = rows, T = time, C = counts.
+
+``tf.train.Checkpoint(iterator=...)`` saves a pipeline's buffers verbatim: the line-shuffle
+shard, the bucketing pools, the shuffle buffer; hundreds of MB on a large corpus, and a
+changed graph (another number of replicas) cannot restore them. A ``ResumableStream`` is
+checkpointed as a *position* instead, and rebuilds what it needs from it:
+
+  records  ``RecordShards``: the training records split into K random shards (a uniform random
+           subset each, written once to disk when K > 1); every epoch visits the shards in a
+           new order and permutes each one anew, both from ``(seed, epoch)`` alone, and cuts
+           it into read batches of ``read_batch`` records.
+  encode   each read batch -> a ragged batch of examples, and the counts of what it dropped
+           as data (``DropCounter.recording``), not as variable updates: parallel.
+  pools    consecutive encoded batches of one shard, until ``pool_tokens`` tokens (or
+           ``pool_examples`` examples) or the shard's end; a pool starts at a read batch.
+  batches  each pool -> its batches (``batcher.pool_batches``), nothing carried to the next
+           pool, so a pool depends only on its own records.
+
+Each batch comes with its position, ``(shard rank, offset of its pool's first record, index in
+the pool)``, and the counts of its pool (on the pool's first batch). A consumer that records
+the position of each batch it takes and adds the counts it receives (``advance``) can be
+checkpointed at any step with these integers (``variables``: a few hundred bytes, whatever the
+corpus, shard or pool size). On restore the stream reads one shard, re-encodes the records of
+one pool and skips the batches already taken: the rest of the epoch is exactly the batches an
+uninterrupted run would have had, and the counts come back exactly too.
+
+Element spec of ``dataset()``: ``(batch, meta)``; ``batch`` as ``batcher.finish`` (then
+``map_fn``) makes it, ``meta``::
+
+    {"shard": int64, "offset": int64, "index": int64,   # the position of this batch
+     "counts": int64 [C],                                # new counts (``count_keys`` order)
+     "tokens", "cells", "examples": int64}               # real tokens, cells, examples
+
+A pool with no example left gives one element with an empty batch (0 examples) so its counts
+still arrive; a training loop skips it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from typing import Any, Callable, Mapping
+
+import tensorflow as tf
+
+from tfseq._common import batch_lengths, example_keys
+from tfseq._pools import PoolLists
+from tfseq.stats import CountTape, DropCounter, batch_counts, sequence_names
+
+GZIP_RATIO = 4             # gzip input counts this many times its size for K
+_GATHER = 1 << 16          # read batches gathered into one tensor per step
+SPILL_READ_BATCH = 8192    # records per batch while spilling
+
+
+def num_shards_for(files, shard_bytes: int) -> int:
+    """K for ``files``: their bytes (gzip counted ``GZIP_RATIO`` times) / ``shard_bytes``, at
+    least 1, at most 4096."""
+    total = 0
+    for path in files:
+        size = tf.io.gfile.stat(path).length
+        total += size * (GZIP_RATIO if path.endswith(".gz") else 1)
+    return max(1, min(4096, math.ceil(total / shard_bytes)))
+
+
+def _shard_of(records: tf.Tensor, index: tf.Tensor, seed: int, num_shards: int) -> tf.Tensor:
+    """int64 ``[n]``: the shard of each record of read batch ``index`` (stateless, seeded)."""
+    return tf.random.stateless_uniform(
+        tf.shape(records), seed=tf.stack([tf.constant(seed, tf.int64), index]),
+        maxval=num_shards, dtype=tf.int64)
+
+
+def _seed(*parts) -> tf.Tensor:
+    """int64 ``[2]`` stateless seed from int scalars (Python or tensors)."""
+    parts = [tf.cast(p, tf.int64) for p in parts]
+    key = parts[0]
+    for p in parts[1:]:
+        key = key * 1_000_003 + p
+    return tf.stack([tf.constant(0x5EED, tf.int64), key])
+
+
+class RecordShards:
+    """The training records as K random shards, in a new order every epoch.
+
+    Args:
+      make_records: ``() -> Dataset`` of ``tf.string [n]`` record batches in one deterministic
+        order (the input read in file order).
+      num_shards: K. 1 keeps nothing on disk: each epoch reads the input again and permutes
+        it whole in memory. K > 1: ``spill`` writes each shard to a file once; an epoch then
+        holds one shard at a time (memory: about 2x a shard's text).
+      seed: the shard assignment and every epoch's orders.
+      directory: where ``spill`` writes (K > 1); reused when its ``manifest.json`` matches.
+
+    Memory: the shard being read, permuted (one ``tf.string`` tensor). Disk (K > 1): the
+    input's records once.
+    """
+
+    def __init__(self, make_records: Callable[[], tf.data.Dataset], *, num_shards: int,
+                 seed: int, directory: str | None = None):
+        if num_shards > 1 and not directory:
+            raise ValueError("RecordShards with num_shards > 1 needs a directory to spill to")
+        self.make_records = make_records
+        self.num_shards = num_shards
+        self.seed = seed
+        self.directory = directory
+
+    @property
+    def paths(self) -> list[str]:
+        return [os.path.join(self.directory, f"shard-{k:05d}-of-{self.num_shards:05d}.tfrecord")
+                for k in range(self.num_shards)]
+
+    def ready(self, fingerprint: Mapping[str, Any]) -> bool:
+        """Whether the shard files exist for this input (``fingerprint``), K and seed."""
+        if self.num_shards == 1:
+            return True
+        manifest = os.path.join(self.directory, "manifest.json")
+        if not os.path.exists(manifest) or not all(os.path.exists(p) for p in self.paths):
+            return False
+        with open(manifest) as f:
+            return json.load(f) == self._manifest(fingerprint)
+
+    def _manifest(self, fingerprint):
+        return {"num_shards": self.num_shards, "seed": self.seed, "input": fingerprint}
+
+    def spill_writer(self, fingerprint: Mapping[str, Any]) -> "SpillWriter":
+        """A ``SpillWriter`` filling this directory from one pass over the records."""
+        return SpillWriter(self, self._manifest(fingerprint))
+
+    def assign(self, index: tf.Tensor, records: tf.Tensor):
+        """A read batch -> ``(shard ids int64 [s], serialized records tf.string [s])``: the
+        records of each shard present, one serialized ``[m]`` tensor per shard (graph)."""
+        shard = _shard_of(records, index, self.seed, self.num_shards)
+        order = tf.argsort(shard, stable=True)
+        ids, _, counts = tf.unique_with_counts(tf.gather(shard, order))
+        groups = tf.RaggedTensor.from_row_lengths(tf.gather(records, order), counts)
+        return ids, tf.map_fn(tf.io.serialize_tensor, groups,
+                              fn_output_signature=tf.TensorSpec([], tf.string))
+
+    # ----- one epoch
+
+    def shard_records(self, shard_id: tf.Tensor) -> tf.Tensor:
+        """``tf.string [L]``: the records of shard ``shard_id`` in their spilled order."""
+        if self.num_shards == 1:
+            batches = self.make_records()
+        else:
+            batches = tf.data.TFRecordDataset(tf.gather(tf.constant(self.paths), shard_id)).map(
+                lambda r: tf.ensure_shape(tf.io.parse_tensor(r, tf.string), [None]))
+        chunks = batches.ragged_batch(_GATHER).map(lambda rows: rows.flat_values)
+        return chunks.reduce(tf.zeros([0], tf.string), lambda a, b: tf.concat([a, b], 0))
+
+    def epoch_batches(self, epoch, start_shard, start_offset, batch_size: int) -> tf.data.Dataset:
+        """The records of epoch ``epoch`` from ``(start_shard, start_offset)`` on.
+
+        Returns:
+          A dataset of ``(records tf.string [n], shard rank int64, offset int64, shard_end
+          bool)``: the shards in this epoch's order (rank r is the r-th visited), each
+          permuted for this epoch and cut into batches of ``batch_size`` records; ``offset``
+          is a batch's first record in its shard's permutation.
+        """
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(self.num_shards, dtype=tf.int64), seed=_seed(self.seed, epoch))
+        ranks = tf.range(tf.cast(start_shard, tf.int64), self.num_shards, dtype=tf.int64)
+
+        def shard_batches(rank):
+            shard_id = tf.gather(order, rank)
+            records = tf.random.experimental.stateless_shuffle(
+                self.shard_records(shard_id), seed=_seed(self.seed, epoch, shard_id, 1))
+            size = tf.size(records, out_type=tf.int64)
+            first = tf.where(tf.equal(rank, start_shard), tf.cast(start_offset, tf.int64), 0)
+            return tf.data.Dataset.range(first, size, batch_size).map(
+                lambda start: (records[start:start + batch_size], rank, start,
+                               start + batch_size >= size))
+
+        # cycle_length=1 keeps the shards in order; the parallel call reads the next ahead.
+        return tf.data.Dataset.from_tensor_slices(ranks).interleave(
+            shard_batches, cycle_length=1, num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True)
+
+
+class SpillWriter:
+    """Writes ``RecordShards``' files from read batches handed to it in order (one pass).
+
+    ``write(index, shard_ids, serialized)`` takes what ``RecordShards.assign`` gives for read
+    batch ``index``; ``close()`` writes the manifest last, so a pass cut short leaves no
+    usable-looking directory behind."""
+
+    def __init__(self, shards: RecordShards, manifest: dict):
+        self.shards = shards
+        self.manifest = manifest
+        if shards.num_shards > 1:
+            if os.path.exists(shards.directory):
+                shutil.rmtree(shards.directory)
+            os.makedirs(shards.directory)
+        self.writers = [tf.io.TFRecordWriter(p) for p in shards.paths] \
+            if shards.num_shards > 1 else []
+
+    def write(self, shard_ids, serialized) -> None:
+        for k, record in zip(shard_ids.tolist(), serialized.tolist()):
+            self.writers[k].write(record)
+
+    def close(self) -> None:
+        for writer in self.writers:
+            writer.close()
+        if self.writers:
+            path = os.path.join(self.shards.directory, "manifest.json")
+            with open(path + ".tmp", "w") as f:
+                json.dump(self.manifest, f, indent=1, sort_keys=True)
+            os.replace(path + ".tmp", path)
+
+
+class ResumableStream:
+    """An epoch of batches from a cursor; see the module docstring.
+
+    Args:
+      shards: the ``RecordShards`` of the training records.
+      encode: ``records tf.string [n] -> examples``, a ragged batch (sequence features int
+        ``[m, (T)]``, scalars ``[m]``), counting its drops in ``counter`` (graph function).
+      batcher: an object with ``pool_batches(pool, pool_seed)`` and ``finish(element)``, as
+        ``tfseq.batching.Batching.pool_batcher`` gives.
+      counter: the ``DropCounter`` that ``encode`` and ``batcher`` count in; the stream
+        records them and ``advance`` adds them when a batch is taken.
+      pool_tokens / pool_examples: when a pool closes (exactly one of them).
+      seed: the pools' seeds (with the epoch and the position).
+      epoch: a ``tf.Variable`` (int64) holding the epoch to read; ``None`` draws a new epoch
+        key at each new iterator (for ``model.fit``, which makes one per epoch).
+      map_fn: applied to each finished batch (e.g. splitting it over replicas and making the
+        model's inputs), in the stream's graph.
+      read_batch: records per read batch (a pool starts at one).
+      token_keys: the sequence features whose real tokens and cells ``meta`` counts (the
+        model's inputs); default every padded or packed sequence feature of the batch.
+    """
+
+    def __init__(self, shards: RecordShards, encode: Callable, batcher, *, counter: DropCounter,
+                 pool_tokens: int | None = None, pool_examples: int | None = None,
+                 seed: int = 0, epoch: tf.Variable | None = None,
+                 map_fn: Callable | None = None, read_batch: int = 1024,
+                 token_keys=None):
+        if (pool_tokens is None) == (pool_examples is None):
+            raise ValueError("Give exactly one of pool_tokens and pool_examples; received "
+                             f"pool_tokens={pool_tokens!r}, pool_examples={pool_examples!r}")
+        self.shards = shards
+        self.encode = encode
+        self.batcher = batcher
+        self.counter = counter
+        self.pool_tokens = pool_tokens
+        self.pool_examples = pool_examples
+        self.seed = seed
+        self.epoch = epoch
+        self.map_fn = map_fn
+        self.read_batch = read_batch
+        self.token_keys = list(token_keys) if token_keys else None
+        with tf.init_scope():
+            self.shard = tf.Variable(0, dtype=tf.int64, trainable=False, name="cursor_shard")
+            self.offset = tf.Variable(0, dtype=tf.int64, trainable=False, name="cursor_offset")
+            self.batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="cursor_batches")
+        self.count_keys: list[tuple[str, str]] = []
+
+    # ----- the cursor
+
+    def variables(self) -> dict[str, tf.Variable]:
+        """The position to checkpoint (with the epoch, kept by the caller)."""
+        return {"cursor_shard": self.shard, "cursor_offset": self.offset,
+                "cursor_batches": self.batches}
+
+    def position(self) -> tuple[int, int, int]:
+        return int(self.shard.numpy()), int(self.offset.numpy()), int(self.batches.numpy())
+
+    def reset(self) -> None:
+        """Back to the start of an epoch."""
+        for v in (self.shard, self.offset, self.batches):
+            v.assign(0)
+
+    def advance(self, meta: Mapping[str, Any]) -> None:
+        """Records that the batch of ``meta`` was taken: its position, and its counts added to
+        ``counter``."""
+        self.shard.assign(int(meta["shard"]))
+        self.offset.assign(int(meta["offset"]))
+        self.batches.assign(int(meta["index"]) + 1)
+        self.counter.commit(self.count_keys, meta["counts"])
+
+    # ----- the dataset
+
+    def dataset(self) -> tf.data.Dataset:
+        """``(batch, meta)`` elements of the epoch in ``epoch`` from the cursor on (read when
+        an iterator starts: set the variables, then make the iterator)."""
+        epoch = self.epoch
+        start = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64))
+        if epoch is None:  # model.fit: a new epoch key at each iteration
+            keys = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
+            start = tf.data.Dataset.zip(start, keys.take(1)).map(
+                lambda _, key: (key % (1 << 30), tf.constant(0, tf.int64),
+                                tf.constant(0, tf.int64), tf.constant(0, tf.int64)))
+        else:
+            start = start.map(lambda _: (tf.cast(epoch.read_value(), tf.int64),
+                                         self.shard.read_value(), self.offset.read_value(),
+                                         self.batches.read_value()))
+        return start.flat_map(self._epoch)
+
+    def _epoch(self, epoch, start_shard, start_offset, skip):
+        records = self.shards.epoch_batches(epoch, start_shard, start_offset, self.read_batch)
+        encode_keys, pool_keys = [], []  # filled when the functions are traced
+
+        def encode(batch, rank, offset, shard_end):
+            tape = CountTape()  # one per trace: tf.data may trace a function twice
+            with self.counter.recording(tape):
+                examples = self.encode(batch)
+            encode_keys[:] = tape.keys
+            return examples, tape.vector(tape.keys), rank, offset, shard_end
+
+        encoded = records.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        keys, _ = example_keys(encoded.element_spec[0], "ResumableStream")
+        pools = self._pools(encoded, keys)
+
+        def batch_pool(pool, counts, rank, offset):
+            pool_seed = _seed(self.seed, epoch, rank, offset)[1]
+            tape = CountTape()
+            with self.counter.recording(tape):
+                batches = self.batcher.pool_batches(pool, pool_seed)
+            pool_keys[:] = tape.keys
+            return (_with_one_empty(batches), _num_batches(batches), counts,
+                    tape.vector(tape.keys), rank, offset)
+
+        pooled = pools.map(batch_pool, num_parallel_calls=2, deterministic=True)
+        self.count_keys = sorted(set(encode_keys) | set(pool_keys))
+        encode_index = [self.count_keys.index(k) for k in encode_keys]
+        pool_index = [self.count_keys.index(k) for k in pool_keys]
+        width = len(self.count_keys)
+
+        def scatter(values, index):
+            if not index:
+                return tf.zeros([width], tf.int64)
+            return tf.scatter_nd(tf.constant(index)[:, None], values, [width])
+
+        def flatten(batches, num, encode_counts, pool_counts, rank, offset):
+            counts = scatter(encode_counts, encode_index) + scatter(pool_counts, pool_index)
+
+            def element(i):
+                batch = tf.nest.map_structure(lambda x: x[i], batches)
+                meta = {"shard": rank, "offset": offset, "index": i,
+                        "counts": tf.where(tf.equal(i, 0), counts, tf.zeros_like(counts))}
+                return batch, meta
+
+            return tf.data.Dataset.range(tf.maximum(num, 1)).map(element)
+
+        out = pooled.flat_map(flatten)
+        out = out.filter(lambda batch, meta: (meta["shard"] != start_shard)
+                         | (meta["offset"] != start_offset) | (meta["index"] >= skip))
+        return out.map(self._finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    def _finish(self, element, meta):
+        batch = self.batcher.finish(element)
+        real, cells, examples = batch_counts(batch, self.token_keys or sequence_names(
+            {k: tf.TensorSpec(v.shape, v.dtype) for k, v in batch.items()}))
+        meta = dict(meta, tokens=real, cells=cells, examples=examples)
+        out = self.map_fn(batch) if self.map_fn is not None else batch
+        return out, meta
+
+    def _pools(self, encoded: tf.data.Dataset, keys) -> tf.data.Dataset:
+        """Encoded batches -> pools ``(pool, counts [c], shard rank, offset)``: runs of one
+        shard's batches closed at the pool budget or the shard's end."""
+        arrays = PoolLists(encoded.element_spec[0])
+        width = encoded.element_spec[1].shape[0]
+        zero = tf.constant(0, tf.int64)
+
+        def initial():
+            return (arrays.empty(), zero, zero, tf.zeros([width], tf.int64),
+                    -tf.ones([], tf.int64), zero)
+
+        def gather(state, inputs):
+            lists, tokens, rows, counts, pool_rank, pool_offset = state
+            examples, batch_counts_, rank, offset, shard_end = inputs
+            starting = pool_rank < 0
+            pool_rank = tf.where(starting, rank, pool_rank)
+            pool_offset = tf.where(starting, offset, pool_offset)
+            lists = arrays.push(lists, examples)
+            lengths = batch_lengths(examples, keys)
+            rows += tf.size(lengths, out_type=tf.int64)
+            tokens += tf.reduce_sum(tf.cast(tf.maximum(lengths, 1), tf.int64))
+            counts += batch_counts_
+            ready = shard_end
+            if self.pool_tokens is not None:
+                ready |= tokens >= self.pool_tokens
+            else:
+                ready |= rows >= self.pool_examples
+            out = (ready, (lists, counts, pool_rank, pool_offset))
+            state = tf.cond(ready, initial, lambda: (lists, tokens, rows, counts, pool_rank,
+                                                     pool_offset))
+            return state, out
+
+        pools = (encoded.scan(initial(), gather)
+                 .filter(lambda ready, pool: ready)
+                 .map(lambda ready, pool: (arrays.concat(pool[0]),) + tuple(pool[1:])))
+        return pools
+
+
+def _num_batches(batches) -> tf.Tensor:
+    """N, the leading dimension of a pool's batches (int64)."""
+    first = tf.nest.flatten(batches, expand_composites=False)[0]
+    n = first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
+    return tf.cast(n, tf.int64)
+
+
+def _with_one_empty(batches):
+    """Appends one empty batch (0 examples) after a pool's batches, so that element 0 exists
+    even for a pool with none."""
+
+    def append(x):
+        if isinstance(x, tf.RaggedTensor):
+            empty = tf.RaggedTensor.from_row_lengths(x.values[:0], tf.zeros([1], x.row_splits.dtype))
+            return tf.concat([x, empty], axis=0)
+        return tf.concat([x, tf.zeros(tf.concat([[1], tf.shape(x)[1:]], 0), x.dtype)], axis=0)
+
+    return tf.nest.map_structure(append, batches)
