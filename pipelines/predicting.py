@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from tfseq import formats, serving
 from tfseq.pipelines import tasks
+from tfseq.reading import resolve_files
 
 BATCHING = ("bucket", "pad")
 # Reason codes of an unusable line (0: usable), in report order.
@@ -106,7 +107,7 @@ def predict_files(model_dir: str, files, output: str, *, fmt: str | None = None,
     export_dir = export_dir_of(model_dir)
     info = serving.read_info(export_dir)
     task = tasks.load(info["task"])
-    paths = formats.resolve(files, "--files")
+    paths = resolve_files(files)
     row_format = input_format(info, paths, fmt, columns, header)
     longest = info.get("max_ids") or max_tokens
     if longest > max_tokens:

@@ -12,8 +12,8 @@
   ``ChangedRun`` naming every difference, or loads the saved vocabularies and labels (never
   learned again; the export uses the same files).
 
-The global budget is what a resume keeps: ``replicas x max_tokens`` (``x batch_size`` for
-``pad``), so a run checkpointed on N replicas resumes on M at the same global budget (2 x 2048
+The global budget is what a resume keeps: ``replicas x max_tokens`` (``replicas x
+batch_size`` for ``pad``), so a run checkpointed on N replicas resumes on M at the same global budget (2 x 2048
 as 4 x 1024) and continues the same sequence of global batches.
 
 Layout of ``model_dir`` (besides the binary's own ``flags.txt``, ``report.json``, ``logs/``)::
@@ -32,11 +32,10 @@ import os
 import time
 
 from tfseq.pipelines import sources
-from tfseq.pipelines.state import PassReport, TaskState, prepare
+from tfseq.pipelines.state import TaskState, spill
 from tfseq.resumable import RecordShards
 
 RUN_FILE = "run.json"
-BUDGETS = ("max_tokens", "batch_size")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +71,8 @@ class Run:
 def settings(task, config, *, model_config, replicas: int, workers: int) -> dict:
     """What defines a run: compared on every resume (``compare``)."""
     fields = dataclasses.asdict(config)
-    budgets = {name: fields.pop(name) * replicas for name in BUDGETS}
+    name = "batch_size" if config.batching == "pad" else "max_tokens"  # the mode's budget
+    budgets = {name: fields.pop(name) * replicas}
     files = list(task.source(config, "train").files)
     if getattr(config, "eval_files", ()):
         files += list(task.source(config, "eval").files)
@@ -142,39 +142,17 @@ def open_run(model_dir: str, task, config, *, model_config, replicas: int = 1,
         if changes:
             raise ChangedRun(model_dir, changes)
         state = TaskState.load(model_dir, list(task.vocab_columns), list(task.label_columns))
-        setup = PassReport()
-        if shards.num_shards > 1 and not shards.ready(new["input"]):
-            _, setup = prepare(_SpillOnly(task), config, task.source(config, "train"),
-                               shards=shards, fingerprint=new["input"], write=write)
+        setup = spill(task, config, shards, new["input"], write=write)
         return Run(state, shards, setup, new, resumed=True)
     spill_here = workers == 1
     state, setup = task.prepare(config, shards=shards if spill_here else None,
                                 fingerprint=new["input"], write=write)
-    if not spill_here and shards.num_shards > 1:
+    if not spill_here:
         # Each worker spills its own share of the files: one more read of that share.
-        _, more = prepare(_SpillOnly(task), config, task.source(config, "train"),
-                          shards=shards, fingerprint=new["input"], write=write)
-        setup.passes += more.passes
+        setup.passes += spill(task, config, shards, new["input"], write=write).passes
     state.save(model_dir)
     _write_json(path, new)
     return Run(state, shards, setup, new, resumed=False)
-
-
-class _SpillOnly:
-    """A task view that learns nothing: ``prepare`` only spills the shards."""
-
-    def __init__(self, task):
-        self._task = task
-        self.vocab_columns, self.label_columns = {}, ()
-
-    def __getattr__(self, name):
-        return getattr(self._task, name)
-
-    def fixed_labels(self, config):
-        return {}
-
-    def check_labels(self, labels):
-        pass
 
 
 def _wait_for(path: str, seconds: float) -> None:

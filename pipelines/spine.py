@@ -40,7 +40,7 @@ import tensorflow_text as tf_text
 from tfseq.pipelines import sources
 from tfseq.pipelines.config import TextConfig, batching_of
 from tfseq.pipelines.sources import Source
-from tfseq.pipelines.state import PassReport, TaskState, prepare
+from tfseq.pipelines.state import PassReport, TaskState, prepare, spill
 from tfseq._common import pipeline_options
 from tfseq.batching import Batching
 from tfseq.filtering import line_checks
@@ -200,14 +200,15 @@ class TextTask:
     # ----- datasets
 
     def eval_dataset(self, config, state: TaskState, counter: DropCounter,
-                     stats: BatchStats | None = None, *, num_shards: int = 1,
-                     shard_index: int = 0) -> tf.data.Dataset:
-        """Evaluation batches ``(inputs, targets, weights)``, in file order."""
+                     stats: BatchStats | None = None, *, batching: Batching | None = None,
+                     num_shards: int = 1, shard_index: int = 0) -> tf.data.Dataset:
+        """Evaluation batches ``(inputs, targets, weights)``, in file order (``batching``:
+        ``eval_batching`` by default)."""
         source = self.source(config, "eval")
         encode = self.encode_fn(config, state, "eval", counter)
         ds = source.read(num_shards, shard_index).map(encode, num_parallel_calls=tf.data.AUTOTUNE)
-        ds = ds.apply(self.eval_batching(config).transform(training=False,
-                                                           counter=DropCounter("eval_batches")))
+        batching = batching or self.eval_batching(config)
+        ds = ds.apply(batching.transform(training=False, counter=counter))
         if stats is not None:
             ds = ds.apply(stats.track())
         return ds.map(self.features).prefetch(tf.data.AUTOTUNE).with_options(pipeline_options())
@@ -254,9 +255,9 @@ class TextTask:
             state, setup = self.prepare(config, shards=shards,
                                         fingerprint=sources.fingerprint(shards_files(self, config)),
                                         write=write)
-        elif shards.num_shards > 1:
-            prepare(self, config, self.source(config, "train"), shards=shards,
-                    fingerprint=sources.fingerprint(shards_files(self, config)), write=write)
+        else:
+            spill(self, config, shards, sources.fingerprint(shards_files(self, config)),
+                  write=write)
         counters = {"train": DropCounter("train"), "eval": DropCounter("eval")}
         stats = {"train": BatchStats(), "eval": BatchStats()}
         stream = self.training_stream(config, state, counters["train"], shards)

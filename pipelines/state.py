@@ -178,6 +178,35 @@ def prepare(task, config, source, *, shards=None, fingerprint=None,
     return TaskState(vocabs, labels), report
 
 
+def spill(task, config, shards, fingerprint, *, write=None) -> PassReport:
+    """Writes the training stream's shards, if it has several and they are not on disk yet
+    (one read of the training records, learning nothing); the report says if it read."""
+    if shards is None or shards.num_shards == 1 or shards.ready(fingerprint):
+        return PassReport()
+    _, report = prepare(_SpillOnly(task), config, task.source(config, "train"), shards=shards,
+                        fingerprint=fingerprint, write=write)
+    return report
+
+
+class _SpillOnly:
+    """A task as ``prepare`` sees it when it only spills: no vocabulary, no labels."""
+
+    vocab_columns: dict = {}
+    label_columns: tuple = ()
+
+    def __init__(self, task):
+        self._task = task
+
+    def __getattr__(self, name):
+        return getattr(self._task, name)
+
+    def fixed_labels(self, config):
+        return {}
+
+    def check_labels(self, labels):
+        pass
+
+
 def _first_bad(source) -> str:
     bad = source.drop_examples(5)
     return ". First bad records: " + "; ".join(bad) if bad else ""
@@ -256,10 +285,11 @@ def _read_once(task, config, source, learn, discover, values, report, spill, wri
 def _assertion_message(error: tf.errors.InvalidArgumentError) -> str:
     """The message of a failed ``tf.debugging.Assert`` (e.g. files not line-aligned)."""
     text = str(error.message)
-    marker = "assertion failed: ["
-    if marker in text:
-        return text.split(marker, 1)[1].split("]", 1)[0]
-    return text.splitlines()[0]
+    marker = "assertion failed: "
+    if marker not in text:
+        return text.splitlines()[0]
+    parts = text.split(marker, 1)[1].splitlines()[0]
+    return " ".join(p.strip("[] ") for p in parts.split("] [") if p.strip("[] "))
 
 
 def _make_vocab(config, name, sample, counts, write, source) -> Vocab:

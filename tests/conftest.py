@@ -62,40 +62,35 @@ def write_tiny_corpus(path, lines=280):
     return str(path)
 
 
-def train_tiny(task, model_dir, steps=3, **config):
-    """Trains ``task`` for a few steps on the tiny corpus; returns ``(config, model, info)``."""
-    import dataclasses  # noqa: F401
-
+def train_tiny(task_name, model_dir, steps=3, **config):
+    """Trains ``task_name`` for a few steps on the tiny corpus; returns ``(task, config, model,
+    state)``."""
     from tfseq.pipelines import tasks
 
-    pipeline, model_module = tasks.load(task)
-    config = pipeline.Config(**config)
-    train_ds, _, info = pipeline.datasets(config)
-    model = model_module.build_model(config, info)
-    for batch in train_ds.take(steps):
+    task = tasks.load(task_name)
+    config = task.Config(**config)
+    data = task.datasets(config)
+    model = task.build_model(config, data.state)
+    for batch in data.train.take(steps):
         model.train_on_batch(*batch)
-    return config, model, info
+    return task, config, model, data.state
 
 
 @pytest.fixture(scope="session")
 def tiny_exports(tmp_path_factory):
     """Classify and lm models trained a few steps on the tiny corpus and exported:
-    ``{task: (model_dir, config, model, info)}``."""
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    from scripts.export import export_run
+    ``{task: (model_dir, config, model, state)}``."""
+    from tfseq.pipelines.exporting import export_run
 
     base = tmp_path_factory.mktemp("serving")
     corpus = write_tiny_corpus(base / "tiny.tsv")
     runs = {}
-    for task, extra in (("classify", {"max_length": 12}), ("lm", {"max_lines": 0,
+    for name, extra in (("classify", {"max_length": 12}), ("lm", {"max_lines": 0,
                                                                    "max_length": 10})):
-        config, model, info = train_tiny(task, None, files=(corpus,), min_count=1, **extra)
-        model_dir = str(base / task)
-        export_run(model_dir, task, config, model, info)
-        runs[task] = (model_dir, config, model, info)
+        task, config, model, state = train_tiny(name, None, files=(corpus,), min_count=1,
+                                                **extra)
+        model_dir = str(base / name)
+        export_run(model_dir, task, config, state, model)
+        runs[name] = (model_dir, config, model, state)
     runs["corpus"] = corpus
     return runs

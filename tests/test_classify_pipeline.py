@@ -6,8 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from tfseq.models import classifier
-from tfseq.pipelines import classify
+from tfseq.pipelines import classify, tasks
 
 BOOKS = ["Gen", "Ps", "Isa", "Matt", "Rom", "Rev", "Josh"]
 
@@ -22,30 +21,38 @@ def corpus(tmp_path_factory):
     return str(path)
 
 
+def test_the_task_is_registered():
+    assert tasks.load("classify") is classify.TASK
+
+
 @pytest.mark.parametrize("batching", ["pad", "bucket", "pack"])
 def test_every_kept_example_is_batched_once_and_a_step_is_finite(corpus, batching):
-    config = classify.Config(files=(corpus,), batching=batching, batch_size=16, max_tokens=96,
-                             max_length=24, block_length=24, max_segments=8, min_count=1)
-    train, _, info = classify.datasets(config)
+    task = tasks.load("classify")
+    config = task.Config(files=(corpus,), batching=batching, batch_size=16, max_tokens=96,
+                         max_length=24, block_length=24, max_segments=8, min_count=1)
+    data = task.datasets(config)
     total = 0
-    for batch in train:
+    for inputs, labels, weights in data.train:
         if batching == "pack":
-            total += int(np.sum(batch[2].numpy()))           # segments present
-            assert batch[0]["ids"].shape[1] == 24
+            total += int(np.sum(weights.numpy()))           # segments present
+            assert inputs["ids"].shape[1] == 24
+            assert labels.shape[1] == weights.shape[1] == 8
         else:
-            total += int(batch[1].shape[0])
-            assert math.prod(batch[0]["ids"].shape) <= (96 if batching == "bucket" else 10**9)
-    counts = info["counters"]["train"]
+            total += int(labels.shape[0])
+            assert weights.numpy().tolist() == [1.0] * labels.shape[0]
+            assert math.prod(inputs["ids"].shape) <= (96 if batching == "bucket" else 10**9)
+    counts = data.counters["train"]
     assert counts.seen()["lines_read"] == 303
     drops = counts.drops()
     assert drops["malformed"] == 1 and drops["unknown_book"] == 1 and drops["empty"] == 1
     assert total == 303 - sum(drops.values())
-    model = classifier.build_model(config, info)
-    logs = model.train_on_batch(*next(iter(train)), return_dict=True)
+    model = task.build_model(config, data.state)
+    logs = model.train_on_batch(*next(iter(data.train)), return_dict=True)
     assert np.isfinite(logs["loss"])
-    assert 0.0 <= info["stats"]["train"].padding_efficiency() <= 1.0
+    assert 0.0 <= data.stats["train"].padding_efficiency() <= 1.0
 
 
 def test_unknown_batching_is_rejected():
+    task = tasks.load("classify")
     with pytest.raises(ValueError, match="Unknown batching 'sorted'"):
-        classify.datasets(dataclasses.replace(classify.Config(), batching="sorted"))
+        task.datasets(dataclasses.replace(task.Config(), batching="sorted"))

@@ -9,11 +9,16 @@ import pytest
 import tensorflow as tf
 
 import tfseq
-from tfseq.models import classifier, lm as lm_model
 from tfseq.layers import AttentionPooling
+from tfseq.model_inputs import ModelFeatures
+from tfseq.models import classifier, lm as lm_model
+from tfseq.pipelines import classify
+from tfseq.pipelines.state import TaskState
 from tfseq.training import Trainer
 
 VOCAB = tfseq.Vocab(list(tfseq.text.RESERVED) + [f"w{i}" for i in range(30)])
+
+LABELS = ("a", "b", "c", "d", "e")
 
 # 7 examples of lengths 1..9 (ids >= 4 are real words).
 EXAMPLES = [[5, 6, 7], [8], [9, 10, 11, 12, 13, 14, 15, 16, 17], [18, 19], [20, 21, 22, 23],
@@ -26,41 +31,64 @@ class _Config:
 
 
 def _packed(block_length=12, batch_size=2, max_segments=4):
-    """The EXAMPLES packed by tfseq.pack, as the classify pipeline hands them to Keras, with
-    label = the example's index."""
+    """The EXAMPLES packed by tfseq.pack, as the classify pipeline hands them to Keras (its
+    ``ModelFeatures``), with label = the example's index."""
     ds = tf.data.Dataset.from_tensors({
         "ids": tf.ragged.constant(EXAMPLES, tf.int32),
         "label": tf.range(len(EXAMPLES), dtype=tf.int32)})
     ds = ds.apply(tfseq.pack(block_length, batch_size=batch_size, max_segments=max_segments,
                              long_examples="truncate"))
-    return [_to_keras(b) for b in ds]
-
-
-def _to_keras(batch):
-    """A packed batch -> (features, label [B, S], weight [B, S]: 1 on the segments a row
-    holds), as pipelines.classify hands it to Keras."""
-    segment_ids = batch["ids_segment_ids"]
-    present = (tf.range(tf.shape(batch["label"])[1])[None, :]
-               < tf.reduce_max(segment_ids, axis=1)[:, None])
-    features = {"ids": batch["ids"], "ids_segment_ids": segment_ids,
-                "ids_resets": tf.cast(batch["ids_resets"], tf.int32)}
-    return features, batch["label"], tf.cast(present, tf.float32)
+    return [classify.TASK.features(b) for b in ds]
 
 
 def _padded():
     return tf.ragged.constant(EXAMPLES, tf.int32).to_tensor()
 
 
+def _padded_features():
+    """The EXAMPLES as one padded batch, as the classify pipeline hands it to Keras."""
+    lengths = tf.constant([len(e) for e in EXAMPLES], tf.int32)
+    features, _, _ = classify.TASK.features({"ids": _padded(), "ids_length": lengths,
+                                             "label": tf.range(len(EXAMPLES))})
+    return features
+
+
+def test_model_features_of_padded_and_packed_classify_batches():
+    features = classify.TASK.features
+    assert features == ModelFeatures(("ids",), "label")
+    x, y, w = features({"ids": [[5, 6, 7], [8, 0, 0]], "ids_length": [3, 1], "label": [3, 1]})
+    assert {k: v.numpy().tolist() for k, v in x.items()} == {
+        "ids": [[5, 6, 7], [8, 0, 0]], "ids_length": [3, 1]}
+    assert y.numpy().tolist() == [3, 1]
+    assert w.dtype == tf.float32 and w.numpy().tolist() == [1.0, 1.0]
+    packed = {"ids": [[5, 6, 7, 8, 0, 0], [9, 10, 11, 12, 13, 14]],
+              "ids_segment_ids": [[1, 1, 2, 3, 0, 0], [1, 1, 1, 1, 1, 1]],
+              "ids_resets": [[True, False, True, True, False, False],
+                             [True, False, False, False, False, False]],
+              "label": [[4, 0, 2, 0], [1, 0, 0, 0]]}
+    x, y, w = features(packed)
+    assert {k: v.numpy().tolist() for k, v in x.items()} == {
+        "ids": [[5, 6, 7, 8, 0, 0], [9, 10, 11, 12, 13, 14]],
+        "ids_segment_ids": [[1, 1, 2, 3, 0, 0], [1, 1, 1, 1, 1, 1]],
+        "ids_resets": [[1, 0, 1, 1, 0, 0], [1, 0, 0, 0, 0, 0]]}
+    assert x["ids_resets"].dtype == tf.int32
+    assert y.numpy().tolist() == [[4, 0, 2, 0], [1, 0, 0, 0]]
+    assert w.numpy().tolist() == [[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]]
+    # A split_batch part's dummy rows (weight 0) weigh nothing.
+    _, _, w = features({**packed, "weight": [1.0, 0.0]})
+    assert w.numpy().tolist() == [[1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+
+
 def _classifier(dropout=0.1):
     keras.utils.set_random_seed(3)
-    return classifier.build_model(_Config(), {"vocab": VOCAB, "num_classes": 5},
+    return classifier.build_model(_Config(), TaskState({"vocab": VOCAB}, {"label": LABELS}),
                                   classifier.ModelConfig(embedding_dim=8, hidden_dim=6,
                                                          dropout=dropout))
 
 
 def test_classifier_gives_each_example_the_same_logits_padded_ragged_and_packed():
     model = _classifier()
-    padded = model({"ids": _padded()}).numpy()
+    padded = model(_padded_features()).numpy()
     assert padded.shape == (7, 5)
     ragged = model({"ids": tf.ragged.constant(EXAMPLES, tf.int32)}).numpy()
     np.testing.assert_allclose(ragged, padded, atol=1e-5)
@@ -94,7 +122,7 @@ def test_classifier_is_one_model_for_every_batching_and_saves(tmp_path):
 
 def test_lm_gives_each_token_the_same_log_probabilities_padded_and_packed():
     keras.utils.set_random_seed(4)
-    model = lm_model.build_model(None, {"vocab": VOCAB},
+    model = lm_model.build_model(None, TaskState({"vocab": VOCAB}),
                                  lm_model.ModelConfig(embedding_dim=8, hidden_dim=6))
     lengths = tf.constant([len(e) for e in EXAMPLES], tf.int32)
     padded = tf.nn.log_softmax(model({"ids": _padded(), "ids_length": lengths})).numpy()

@@ -1,4 +1,4 @@
-"""The whole-part packing plan (tfseq._pack_plan) and its dense layout (_pack_layout.lay_out_rows)."""
+"""The whole-part packing plan (tfseq._pack_plan) and its dense layout (tfseq._pack_layout)."""
 
 import numpy as np
 import tensorflow as tf
@@ -90,8 +90,8 @@ def test_lay_out_rows_matches_the_general_layout():
     src = tf.gather(tf.cumsum(lengths, exclusive=True), order)
     take, row, seg = (tf.gather(x, order) for x in (lengths, row_of, seg_of))
     fast = _pack_layout.lay_out_rows(values, src, take, row, rows, 64)
-    general = _pack_layout.lay_out(values, src, take, row, seg, tf.zeros_like(row, tf.bool), rows,
-                               64)
+    general = _pack_layout.lay_out(values, src, take, row, seg, tf.zeros_like(row, tf.bool),
+                                   rows, 64)
     for a, b in zip(fast, general):
         assert a.numpy().tolist() == b.numpy().tolist()
 

@@ -1,4 +1,5 @@
-"""scripts/predict.py: one output line per input line, in input order, bad lines counted."""
+"""tfseq-predict (``tfseq.pipelines.predicting``): one output line per input line, in input
+order, bad lines counted."""
 
 import gzip
 import json
@@ -12,11 +13,9 @@ import tensorflow as tf
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from tfseq.pipelines.predicting import predict_files
 
-from scripts.predict import predict_files  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 WORDS = ["gen0", "gen1", "ps2", "rev3", "matt4", "isa1", "josh2", "stranger"]
 
@@ -41,7 +40,7 @@ def test_lm_outputs_one_line_per_input_line_in_order(tiny_exports, tmp_path_fact
              for i, n in enumerate(counts)]
     (tmp / "in.txt").write_text("\n".join(lines) + "\n")
     report = predict_files(model_dir, [str(tmp / "in.txt")], str(tmp / "out.txt"),
-                           max_tokens=max_tokens, pool_size=pool_size, verbose=0)
+                           max_tokens=max_tokens, pool_size=pool_size)
     out = [line.split("\t") if line else None for line in read_output(tmp / "out.txt")]
     # The lm run's policy drops lines over max_length=10 words (an empty output line each);
     # the others get their words plus </s>: the tokens column identifies each line.
@@ -68,7 +67,7 @@ def test_tsv_gzip_header_bad_lines_get_empty_outputs_and_are_counted(tiny_export
     with gzip.open(tmp_path / "in.tsv.gz", "wb") as f:
         f.write(b"\r\n".join(rows) + b"\r\n")
     report = predict_files(model_dir, [str(tmp_path / "in.tsv.gz")], str(tmp_path / "out.txt"),
-                           header=True, max_tokens=64, pool_size=4, verbose=0)
+                           header=True, max_tokens=64, pool_size=4)
     out = read_output(tmp_path / "out.txt")
     assert len(out) == 7
     assert [i for i, line in enumerate(out) if line == ""] == [1, 3, 4, 5]
@@ -94,8 +93,7 @@ def test_csv_quoted_fields_and_a_broken_line(tiny_exports, tmp_path):
             'w,matt1 matt2 matt3']
     (tmp_path / "in.csv").write_text("\n".join(rows) + "\n")
     report = predict_files(model_dir, [str(tmp_path / "in.csv")], str(tmp_path / "out.txt"),
-                           header=True, columns=["_", "text"], max_tokens=64, pool_size=4,
-                           verbose=0)
+                           header=True, columns=["_", "text"], max_tokens=64, pool_size=4)
     out = read_output(tmp_path / "out.txt")
     assert len(out) == 4 and out[2] == "" and report["malformed"] == 1
     served = tf.saved_model.load(os.path.join(model_dir, "export"))
@@ -112,7 +110,7 @@ def test_plain_padded_batches_give_the_same_output(tiny_exports, tmp_path):
     outputs = []
     for batching in ("bucket", "pad"):
         predict_files(model_dir, [str(tmp_path / "in.txt")], str(tmp_path / batching),
-                      batching=batching, max_tokens=48, pool_size=16, verbose=0)
+                      batching=batching, max_tokens=48, pool_size=16)
         outputs.append([line.split("\t") for line in read_output(tmp_path / batching)])
     assert len(outputs[0]) == 40 and [o[0] for o in outputs[0]] == [o[0] for o in outputs[1]]
     np.testing.assert_allclose([float(o[1]) for o in outputs[0] if len(o) == 2],
@@ -124,14 +122,13 @@ def test_bad_arguments_name_the_problem(tiny_exports, tmp_path):
     (tmp_path / "in.tsv").write_text("a\tb\n")
     with pytest.raises(ValueError, match="--columns=label,body has no 'text' field"):
         predict_files(model_dir, [str(tmp_path / "in.tsv")], str(tmp_path / "o"),
-                      columns=["label", "body"], verbose=0)
+                      columns=["label", "body"])
     with pytest.raises(ValueError, match="--max_tokens=8 cannot hold one line"):
         predict_files(model_dir, [str(tmp_path / "in.tsv")], str(tmp_path / "o"),
-                      max_tokens=8, verbose=0)
+                      max_tokens=8)
     with pytest.raises(FileNotFoundError, match="No file matches"):
-        predict_files(model_dir, [str(tmp_path / "missing*.txt")], str(tmp_path / "o"),
-                      verbose=0)
-    with pytest.raises(FileNotFoundError, match="run scripts/export.py"):
+        predict_files(model_dir, [str(tmp_path / "missing*.txt")], str(tmp_path / "o"))
+    with pytest.raises(FileNotFoundError, match="run tfseq-export"):
         predict_files(str(tmp_path), [str(tmp_path / "in.tsv")], str(tmp_path / "o"))
 
 
@@ -156,4 +153,4 @@ def test_binary_writes_output_and_report_and_fails_cleanly(tiny_exports, tmp_pat
          f"--output={tmp_path / 'out2.txt'}"], capture_output=True, text=True, env=env,
         timeout=300)
     assert out.returncode != 0
-    assert "run scripts/export.py" in out.stderr and "Traceback" not in out.stderr
+    assert "run tfseq-export" in out.stderr and "Traceback" not in out.stderr

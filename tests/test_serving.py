@@ -1,4 +1,4 @@
-"""tfseq.serving and scripts/export.py: raw-text SavedModels equal the in-process models."""
+"""tfseq.serving and tfseq-export: raw-text SavedModels equal the in-process models."""
 
 import json
 import os
@@ -13,11 +13,10 @@ import tfseq
 from tfseq import serving
 from conftest import train_tiny, write_tiny_corpus
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from tfseq.pipelines import runs, tasks
+from tfseq.pipelines.exporting import export_run, load_run, restore_model
 
-from scripts.export import export_run, load_run, restore_model  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TEXTS = ["gen0 gen1 gen2", "Rev3 rev4 rev0", "matt1 unknownword", "ps0 ps1 ps2 ps3 ps4 ps0 ps1"]
 
@@ -46,13 +45,13 @@ def padded_ids(vocab, texts, **kwargs):
     return ids.to_tensor(), tf.cast(ids.row_lengths(), tf.int32)
 
 
-def in_process_classify(model, info, texts):
-    ids, _ = padded_ids(info["vocab"], texts)
+def in_process_classify(model, state, texts):
+    ids, _ = padded_ids(state.vocab, texts)
     return tf.nn.softmax(model({"ids": ids}, training=False)).numpy()
 
 
-def in_process_lm(model, info, texts):
-    ids, lengths = padded_ids(info["vocab"], texts, add_bos=True, add_eos=True)
+def in_process_lm(model, state, texts):
+    ids, lengths = padded_ids(state.vocab, texts, add_bos=True, add_eos=True)
     inputs, targets = ids[:, :-1], ids[:, 1:].numpy()
     logits = model({"ids": inputs, "ids_length": lengths - 1}, training=False)
     scores = tf.nn.log_softmax(logits).numpy()
@@ -75,7 +74,7 @@ def test_round_trip_in_a_process_without_tfseq(tiny_exports, tmp_path):
 
     expected = in_process_classify(classify_model, classify_info, TEXTS)
     np.testing.assert_allclose(served["probabilities"], expected, atol=1e-5)
-    names = classify_info["class_names"]
+    names = classify_info.labels["label"]
     assert served["label"] == [names[i] for i in expected.argmax(axis=1)]
     with open(os.path.join(classify_dir, "export", "assets", "labels.txt")) as f:
         assert f.read().splitlines() == list(names)
@@ -98,16 +97,16 @@ def test_export_layout_and_info(tiny_exports):
 
 
 def test_long_inputs_truncate_by_default_and_drop_on_request(tiny_exports, tmp_path):
-    _, config, model, info = tiny_exports["classify"]
+    _, config, model, state = tiny_exports["classify"]
     served = tf.saved_model.load(os.path.join(tiny_exports["classify"][0], "export"))
     words = [f"gen{i % 5}" for i in range(20)]
     out = served.serve(tf.constant([" ".join(words), " ".join(words[:12])]))
     probabilities = out["probabilities"].numpy()
     np.testing.assert_allclose(probabilities[0], probabilities[1], atol=1e-6)
 
-    encoder = serving.TextEncoder(info["vocab"], str(tmp_path), lowercase=True, max_length=12)
-    dropping = serving.ServedClassifier(serving.keras_model_fn(model, task="classify"), encoder,
-                                        info["class_names"], str(tmp_path), "drop")
+    encoder = serving.TextEncoder(state.vocab, str(tmp_path), lowercase=True, max_length=12)
+    dropping = serving.ServedClassifier(serving.keras_model_fn(model), encoder,
+                                        list(state.labels["label"]), str(tmp_path), "drop")
     out = dropping.serve(tf.constant([" ".join(words), " ".join(words[:12]), ""]))
     labels = [s.decode() for s in out["label"].numpy()]
     assert labels[0] == "" and labels[1] != "" and labels[2] == ""
@@ -169,16 +168,16 @@ def test_sentencepiece_vocab_is_an_asset_and_ids_match(tmp_path):
 @pytest.mark.slow
 def test_packed_classifier_serves_each_line_as_its_own_segment(tmp_path):
     corpus = write_tiny_corpus(tmp_path / "tiny.tsv")
-    config, model, info = train_tiny("classify", None, files=(corpus,), min_count=1,
-                                     batching="pack", block_length=16, max_tokens=64,
-                                     max_segments=4, max_length=12)
-    export_run(str(tmp_path / "run"), "classify", config, model, info)
+    task, config, model, state = train_tiny("classify", None, files=(corpus,), min_count=1,
+                                            batching="pack", block_length=16, max_tokens=64,
+                                            max_segments=4, max_length=12)
+    export_run(str(tmp_path / "run"), task, config, state, model)
     served = tf.saved_model.load(str(tmp_path / "run" / "export"))
     texts = ["gen0 gen1 gen2", "rev3 rev4"]
     probabilities = served.serve(tf.constant(texts))["probabilities"].numpy()
     # The same two lines packed into one row: each segment's prediction is the served one.
-    a, _ = padded_ids(info["vocab"], texts[:1])
-    b, _ = padded_ids(info["vocab"], texts[1:])
+    a, _ = padded_ids(state.vocab, texts[:1])
+    b, _ = padded_ids(state.vocab, texts[1:])
     ids = tf.concat([a, b, tf.zeros([1, 3], tf.int32)], axis=1)
     features = {"ids": ids,
                 "ids_segment_ids": tf.constant([[1, 1, 1, 2, 2, 0, 0, 0]]),
@@ -189,24 +188,26 @@ def test_packed_classifier_serves_each_line_as_its_own_segment(tmp_path):
 
 @pytest.mark.slow
 def test_export_binary_restores_checkpoint_or_replica_weights(tiny_exports, tmp_path):
-    model_dir, config, model, info = tiny_exports["classify"]
+    model_dir, config, model, state = tiny_exports["classify"]
     loaded = tf.saved_model.load(os.path.join(model_dir, "export"))
     expected = loaded.serve(tf.constant(TEXTS))["probabilities"].numpy()
     run = tmp_path / "replica_run"
-    run.mkdir()
-    model.save_weights(str(run / "weights.weights.h5"))  # what a --num_replicas run keeps
-    (run / "report.json").write_text(json.dumps({
-        "task": "classify", "config": {k: list(v) if isinstance(v, tuple) else v
-                                       for k, v in vars(config).items()}}))
-    task, restored_config = load_run(str(run))
-    assert (task, restored_config) == ("classify", config)
-    restored, restored_info = restore_model(str(run), task, restored_config)
-    export_run(str(run), task, restored_config, restored, restored_info)
+    task = tasks.load("classify")
+    state.save(str(run))  # what a run keeps: its vocabulary and labels, settings, weights
+    (run / "run.json").write_text(json.dumps(runs.settings(
+        task, config, model_config=task.model_config(), replicas=2, workers=1)))
+    model.save_weights(str(run / "weights.weights.h5"))  # what a --data_service run keeps
+    restored_task, restored_config, saved = load_run(str(run))
+    assert (restored_task, restored_config) == (task, config)
+    restored, restored_state = restore_model(str(run), restored_task, restored_config, saved)
+    assert restored_state.labels == state.labels and restored_state.vocab.tokens == \
+        state.vocab.tokens
+    export_run(str(run), task, restored_config, restored_state, restored)
     reloaded = tf.saved_model.load(str(run / "export"))
     served = reloaded.serve(tf.constant(TEXTS))
     np.testing.assert_allclose(served["probabilities"].numpy(), expected, atol=1e-6)
 
-    with pytest.raises(FileNotFoundError, match="report.json"):
+    with pytest.raises(FileNotFoundError, match="run.json"):
         load_run(str(tmp_path))
 
 
@@ -215,26 +216,26 @@ def test_translate_export_matches_greedy_decode(tmp_path):
     from tfseq.models import translate as translate_model
 
     corpus = write_tiny_corpus(tmp_path / "tiny.tsv")
-    config, model, info = train_tiny("translate", None, steps=1, source_files=(corpus,),
-                                     target_files=(corpus,), max_lines=0, min_count=1,
-                                     max_length=6)
+    task, config, model, state = train_tiny("translate", None, steps=1,
+                                            source_files=(corpus,), target_files=(corpus,),
+                                            max_lines=0, min_count=1, max_length=6)
     logits = model.get_layer("logits")
     kernel, bias = logits.get_weights()
     bias[3] = -30.0  # never </s>: decode the full bounded length
     logits.set_weights([kernel, bias])
-    export_run(str(tmp_path / "run"), "translate", config, model, info)
+    export_run(str(tmp_path / "run"), task, config, state, model)
     served = tf.saved_model.load(str(tmp_path / "run" / "export"))
     texts = ["gen0 gen1 gen2", "rev3", ""]
     out = served.signatures["serving_default"](source=tf.constant(texts))["translation"]
     translations = [s.decode() for s in out.numpy()]
 
-    source, lengths = padded_ids(info["source_vocab"], texts[:2])
-    ids = translate_model.greedy_decode(model, source, lengths, max_length=info["max_length"],
-                                        bos_id=2, eos_id=3)
-    tokens = info["target_vocab"].to_tokens(tf.constant(ids)).numpy()
+    source, lengths = padded_ids(state.vocabs["source"], texts[:2])
+    ids = translate_model.greedy_decode(model, source, lengths, max_length=7, bos_id=2,
+                                        eos_id=3)
+    tokens = state.vocabs["target"].to_tokens(tf.constant(ids)).numpy()
     expected = [" ".join(t.decode() for t in row) for row in tokens]
     assert translations == expected + [""]
-    assert all(len(t.split()) == info["max_length"] for t in translations[:2])
+    assert all(len(t.split()) == 7 for t in translations[:2])  # max_length + 1 steps
 
 
 @pytest.mark.slow
@@ -244,13 +245,13 @@ def test_train_binary_with_two_replicas_writes_an_export_that_serves_its_weights
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, "scripts", "train.py"), f"--files={corpus}",
-         "--num_replicas=2", "--epochs=1", f"--model_dir={run}", "--verbose=0"],
+         "--num_replicas=2", "--epochs=1", f"--model_dir={run}", "--verbose=1"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"Served model (classify, input `text`): {run / 'export'}" in out.stdout
-    task, config = load_run(str(run))
-    model, info = restore_model(str(run), task, config)  # from weights.weights.h5
+    task, config, saved = load_run(str(run))
+    model, state = restore_model(str(run), task, config, saved)  # from the checkpoint
     served = tf.saved_model.load(str(run / "export"))
     probabilities = served.serve(tf.constant(TEXTS))["probabilities"].numpy()
-    np.testing.assert_allclose(probabilities, in_process_classify(model, info, TEXTS),
+    np.testing.assert_allclose(probabilities, in_process_classify(model, state, TEXTS),
                                atol=1e-5)

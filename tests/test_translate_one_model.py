@@ -10,7 +10,8 @@ import tensorflow as tf
 
 import tfseq
 from tfseq.models import translate as translate_model
-from tfseq.pipelines import translate
+from tfseq.pipelines import tasks, translate
+from tfseq.pipelines.state import TaskState
 
 VOCAB = tfseq.Vocab(list(tfseq.text.RESERVED) + [f"w{i}" for i in range(30)])
 
@@ -23,11 +24,36 @@ PAIRS = [([5, 6, 7], [2, 8, 9, 3]),
          ([33, 5, 6, 7, 8], [2, 9, 3])]
 
 
+def _state():
+    return TaskState({"source": VOCAB, "target": VOCAB})
+
+
 def _model():
     keras.utils.set_random_seed(5)
     return translate_model.build_model(
-        None, {"source_vocab": VOCAB, "target_vocab": VOCAB},
-        translate_model.ModelConfig(embedding_dim=8, hidden_dim=6))
+        None, _state(), translate_model.ModelConfig(embedding_dim=8, hidden_dim=6))
+
+
+def _words(ids):
+    return " ".join(VOCAB.tokens[i] for i in ids)
+
+
+def _examples(config):
+    """The PAIRS as text rows, encoded by the translate task (a ragged batch)."""
+    rows = {"source": tf.constant([_words(s) for s, _ in PAIRS]),
+            "target": tf.constant([_words(t[1:-1]) for _, t in PAIRS])}
+    return translate.TASK.encode_rows(config, _state(), rows, tfseq.DropCounter("test"))
+
+
+def test_the_task_shifts_each_pair_for_teacher_forcing(as_list):
+    examples = _examples(translate.Config(max_length=10))
+    assert as_list([examples]) == [{
+        "source": [[5, 6, 7], [10], [15, 16, 17, 18, 19, 20], [22, 23], [26, 27, 28, 29],
+                   [33, 5, 6, 7, 8]],
+        "target_in": [[2, 8, 9], [2, 11, 12, 13, 14], [2, 21], [2, 24, 25], [2, 30, 31, 32],
+                      [2, 9]],
+        "targets": [[8, 9, 3], [11, 12, 13, 14, 3], [21, 3], [24, 25, 3], [30, 31, 32, 3],
+                    [9, 3]]}]
 
 
 def _padded_log_probs(model):
@@ -41,10 +67,13 @@ def _padded_log_probs(model):
 
 
 def _packed_batches(block_length=12, batch_size=2):
-    ds = tf.data.Dataset.from_tensors({"source": tf.ragged.constant([s for s, _ in PAIRS]),
-                                       "target": tf.ragged.constant([t for _, t in PAIRS])})
-    ds = ds.map(translate._shift).apply(
-        tfseq.pack(block_length, batch_size=batch_size, long_examples="drop"))
+    """The PAIRS packed as the translate pipeline packs them (targets in the cells of
+    ``target_in``), before its ``ModelFeatures``."""
+    config = translate.Config(max_length=10, batching="pack", block_length=block_length,
+                              max_tokens=block_length * batch_size)
+    ds = tf.data.Dataset.from_tensors(_examples(config))
+    ds = ds.apply(translate.TASK.batching(config).transform(
+        training=False, counter=tfseq.DropCounter("test")))
     return list(ds)
 
 
@@ -58,7 +87,7 @@ def test_padded_and_packed_batches_give_each_target_token_the_same_log_probabili
     batches = _packed_batches()
     assert len(batches) < len(PAIRS)  # several pairs share a row
     for batch in batches:
-        features, targets, weights = translate.packed_to_model(batch)
+        features, targets, weights = translate.TASK.features(batch)
         packed = tf.nn.log_softmax(model(features)).numpy()
         source, source_segments = batch["source"].numpy(), batch["source_segment_ids"].numpy()
         target_segments = batch["target_in_segment_ids"].numpy()
@@ -72,6 +101,7 @@ def test_padded_and_packed_batches_give_each_target_token_the_same_log_probabili
                 np.testing.assert_allclose(packed[row, steps], padded[pair, :len(steps)],
                                            atol=1e-5)
                 seen.append(pair)
+        assert weights.numpy().sum() == (target_segments > 0).sum()  # 0 on padding
     assert sorted(seen) == list(range(len(PAIRS)))
 
 
@@ -90,62 +120,70 @@ def test_greedy_steps_match_the_teacher_forced_logits():
 
 @pytest.mark.slow
 def test_pack_pipeline_emits_every_kept_pair_exactly_once_per_epoch():
-    config = translate.Config(max_lines=300, min_count=1, max_vocab=500, max_length=20,
-                              batching="pack", block_length=32, max_tokens=256,
-                              eval_percent=0)
-    train, _, info = translate.datasets(config)
-    assert info["reread_each_epoch"]  # shuffled pairs, read again every epoch
-    # The same pairs, unshuffled and unpacked, tokenized as the pipeline does.
-    reference = translate.pairs(config, "train", tfseq.DropCounter("reference"))
-    reference = reference.apply(tfseq.tokenize(info["source_vocab"], key="source",
+    task = tasks.load("translate")
+    config = task.Config(max_lines=300, min_count=1, max_vocab=500, max_length=20,
+                         batching="pack", block_length=32, max_tokens=256, eval_percent=0)
+    data = task.datasets(config)
+    # The same pairs, in file order and unpacked, tokenized on their own.
+    source = task.source(config, "train")
+    reference_counter = tfseq.DropCounter("reference")
+    reference = source.read(1, 0).map(
+        lambda records: task.clean_rows(config, source.parse(records, reference_counter),
+                                        reference_counter))
+    reference = reference.apply(tfseq.tokenize(data.state.vocabs["source"], key="source",
                                                lowercase=True))
-    reference = reference.apply(tfseq.tokenize(info["target_vocab"], key="target",
+    reference = reference.apply(tfseq.tokenize(data.state.vocabs["target"], key="target",
                                                add_bos=True, add_eos=True, lowercase=True))
     expected = collections.Counter()
     for batch in reference:
         for s, t in zip(batch["source"].to_list(), batch["target"].to_list()):
-            if max(len(s), len(t)) <= config.max_length + 2:
+            if len(s) <= config.max_length and len(t) <= config.max_length + 2:
                 expected[(tuple(s), tuple(t))] += 1
+    orders = []
     for epoch in range(2):
         batches = []
-        for features, targets, _ in train:
-            segments = features["target_in_segment_ids"]
-            batches.append({**features, "targets": targets, "targets_segment_ids": segments,
-                            "source_resets": _resets(features["source_segment_ids"]),
-                            "target_in_resets": _resets(segments),
-                            "targets_resets": _resets(segments)})
+        for features, targets, weights in data.train:
+            assert features["source"].shape[1] == features["target_in"].shape[1] == 32
+            np.testing.assert_array_equal(weights.numpy() > 0,
+                                          features["target_in_segment_ids"].numpy() > 0)
+            batches.append({**features, "targets": targets,
+                            "targets_segment_ids": features["target_in_segment_ids"],
+                            "targets_resets": features["target_in_resets"]})
+        examples = tfseq.unpack(batches)
         got = collections.Counter(
-            (tuple(e["source"]), tuple(e["target_in"][:1] + e["targets"]))
-            for e in tfseq.unpack(batches))
+            (tuple(e["source"]), tuple(e["target_in"][:1] + e["targets"])) for e in examples)
         assert got == expected, f"epoch {epoch}"
-        assert all(e["target_in"][1:] == e["targets"][:-1] for e in tfseq.unpack(batches))
-        counter = info["counters"]["train"]
+        assert all(e["target_in"][1:] == e["targets"][:-1] for e in examples)
+        orders.append([tuple(e["source"]) for e in examples])
+        counter = data.counters["train"]
         assert counter.seen()["lines_read"] == 300
         assert sum(expected.values()) == 300 - sum(counter.drops().values())
         counter.reset()
+    assert orders[0] != orders[1]  # shuffled pairs, a new order every epoch
     assert sum(expected.values()) == 147  # 153 of the 300 lines dropped, counted
-
-
-def _resets(segment_ids):
-    previous = tf.pad(segment_ids[:, :-1], [[0, 0], [1, 0]])
-    return (segment_ids > 0) & (segment_ids != previous)
 
 
 def test_aligned_files_are_read_as_shuffled_pairs_a_new_order_every_epoch(tmp_path):
     (tmp_path / "a.en").write_text("".join(f"s{i} x\n" for i in range(200)))
     (tmp_path / "a.es").write_text("".join(f"t{i} y\n" for i in range(200)))
-    config = translate.Config(source_files=(str(tmp_path / "a.en"),),
-                              target_files=(str(tmp_path / "a.es"),), eval_percent=0)
-    ds = translate.pairs(config, "train", tfseq.DropCounter("test"), shuffle_lines=True)
+    task = tasks.load("translate")
+    config = task.Config(source_files=(str(tmp_path / "a.en"),),
+                         target_files=(str(tmp_path / "a.es"),), eval_percent=0, min_count=1)
+    data = task.datasets(config)
+    source_words, target_words = (data.state.vocabs[side].tokens for side in ("source", "target"))
     orders = []
     for _ in range(2):
-        pairs = [(s.decode(), t.decode()) for b in ds
-                 for s, t in zip(b["source"].numpy(), b["target"].numpy())]
+        pairs = []
+        for features, targets, _ in data.train:
+            for s, t in zip(features["source"].numpy(), targets.numpy()):
+                pairs.append((" ".join(source_words[i] for i in s if i > 0),
+                              " ".join(target_words[i] for i in t if i > 3)))
         assert sorted(pairs) == sorted((f"s{i} x", f"t{i} y") for i in range(200))
         orders.append([int(s.split()[0][1:]) for s, _ in pairs])
     assert orders[0] != list(range(200)) and orders[1] != orders[0]
-    unshuffled = translate.pairs(config, "train", tfseq.DropCounter("test"))
-    assert [s.decode() for b in unshuffled for s in b["source"].numpy()][:2] == ["s0 x", "s1 x"]
+    unshuffled = task.source(config, "train")
+    rows = unshuffled.parse(next(iter(unshuffled.read(1, 0))), tfseq.DropCounter("test"))
+    assert [s.decode() for s in rows["source"].numpy()][:2] == ["s0 x", "s1 x"]
 
 
 def test_a_loaded_vocabulary_serves_both_sides(tmp_path):
@@ -153,13 +191,15 @@ def test_a_loaded_vocabulary_serves_both_sides(tmp_path):
     (tmp_path / "a.es").write_text("uno dos\ntres uno\n" * 20)
     path = str(tmp_path / "vocab.txt")
     tfseq.Vocab(list(tfseq.text.RESERVED) + ["one", "two", "uno", "dos"]).save(path)
-    config = translate.Config(source_files=(str(tmp_path / "a.en"),),
-                              target_files=(str(tmp_path / "a.es"),), vocab_path=path,
-                              eval_percent=0, shuffle_lines=False)
-    train, _, info = translate.datasets(config)
-    assert info["source_vocab"] is info["target_vocab"] and len(info["source_vocab"]) == 8
-    features, targets, _ = next(iter(train))
-    one, two, uno, dos = (info["source_vocab"].lookup(tf.constant(w)).numpy()
+    task = tasks.load("translate")
+    config = task.Config(source_files=(str(tmp_path / "a.en"),),
+                         target_files=(str(tmp_path / "a.es"),), vocab_path=path,
+                         eval_percent=0)
+    data = task.datasets(config)
+    vocabs = data.state.vocabs
+    assert vocabs["source"] is vocabs["target"] and len(vocabs["source"]) == 8
+    features, targets, _ = next(iter(data.train))
+    one, two, uno, dos = (vocabs["source"].lookup(tf.constant(w)).numpy()
                           for w in ("one", "two", "uno", "dos"))
     unk = tfseq.text.UNK_ID
     rows = {tuple(r[r > 0]) for r in features["source"].numpy()}

@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tensorflow as tf
 from hypothesis import given, strategies as st
@@ -130,15 +131,15 @@ def test_classify_datasets_on_tsv_labels_drops_and_unknown_eval_label(classify_t
     train, evals = classify_tsv
     config = classify.Config(train_files=(train,), eval_files=(evals,), header=True,
                              batching="pad", batch_size=32)
-    train_ds, eval_ds, info = classify.datasets(config)
-    assert info["class_names"] == ["food", "sports", "tech"] and info["num_classes"] == 3
-    n_eval = sum(int(labels.shape[0]) for _, labels in eval_ds)
-    n_train = sum(int(labels.shape[0]) for _, labels in train_ds)
+    data = classify.TASK.datasets(config)
+    assert data.state.labels == {"label": ("food", "sports", "tech")}
+    n_eval = sum(int(labels.shape[0]) for _, labels, _ in data.eval)
+    n_train = sum(int(labels.shape[0]) for _, labels, _ in data.train)
     assert (n_train, n_eval) == (300, 60)
-    assert info["counters"]["train"].drops()["malformed"] == 1
-    assert info["counters"]["train"].drops()["empty_text"] == 1
-    assert info["counters"]["eval"].drops()["unknown_label"] == 1
-    assert info["drop_examples"]() == [f"{train}:302: malformed", f"{train}:303: empty_text"]
+    assert data.counters["train"].drops()["malformed"] == 1
+    assert data.counters["train"].drops()["empty_text"] == 1
+    assert data.counters["eval"].drops()["unknown_label"] == 1
+    assert data.drop_examples(5) == [f"{train}:302: malformed", f"{train}:303: empty_text"]
 
 
 @pytest.mark.slow
@@ -149,10 +150,10 @@ def test_classify_truncates_long_examples_by_default(tmp_path):
     path.write_text("a\t" + " ".join(["w"] * 20) + "\nb\tshort one\n")
     config = classify.Config(train_files=(str(path),), eval_percent=0, max_length=5,
                              batching="pad", batch_size=4, min_count=1)
-    train_ds, _, info = classify.datasets(config)
-    lengths = sorted(int(n) for f, _ in train_ds for n in tf.math.count_nonzero(f["ids"], 1))
+    data = classify.TASK.datasets(config)
+    lengths = sorted(int(n) for f, _, _ in data.train for n in f["ids_length"])
     assert lengths == [2, 5]
-    assert info["counters"]["train"].seen()["truncated"] == 1
+    assert data.counters["train"].seen()["truncated"] == 1
 
 
 def test_translate_mismatched_line_counts_name_both_files(tmp_path):
@@ -163,8 +164,8 @@ def test_translate_mismatched_line_counts_name_both_files(tmp_path):
     config = translate.Config(source_files=(str(tmp_path / "a.en"),),
                               target_files=(str(tmp_path / "a.es"),))
     with pytest.raises(formats.InputError,
-                       match=r"a\.en has 3 lines but .*a\.es has 2: .*line-aligned"):
-        translate.datasets(config)
+                       match=r"a\.es ends after line 2 but .*a\.en has more lines: .*line-aligned"):
+        translate.TASK.datasets(config)
 
 
 CORPUS = ["the walker walked to the walking path", "talking and talked with the talker",
@@ -221,7 +222,7 @@ def test_binary_classify_tsv_end_to_end(tmp_path, classify_tsv):
     assert report["counters"]["train"]["drops"]["malformed"] == 1
     assert report["counters"]["eval"]["drops"]["unknown_label"] == 1
     assert report["drop_examples"][0] == f"{train_file}:302: malformed"
-    assert report["history"][-1]["eval_accuracy"] > 0.8 > report["majority_baseline"] + 0.4
+    assert report["history"][-1]["eval_accuracy"] > 0.8 > report["baselines"]["majority-class"] + 0.4
 
 
 @pytest.mark.slow
@@ -315,7 +316,18 @@ def test_training_pipeline_one_call_from_tsv_to_fit_batches(tmp_path):
     counter = tfseq.DropCounter("p")
     ds = tfseq.training_pipeline([str(path)], vocab, labels=["a", "b"], batching="pad",
                                  batch_size=8, max_length=4, training=False, counter=counter)
-    ((features, labels),) = list(ds)
+    ((features, labels, weights),) = list(ds)
     assert features["ids"].numpy().tolist() == [[4, 5, 6, 0], [4, 0, 0, 0], [7, 7, 7, 7]]
+    assert features["ids_length"].numpy().tolist() == [3, 1, 4]
     assert labels.numpy().tolist() == [0, 1, 0]
+    assert weights.numpy().tolist() == [1.0, 1.0, 1.0]
     assert counter.drops()["unknown_label"] == 1 and counter.seen()["truncated"] == 1
+
+    # Training: the same examples, shuffled by record, through the resumable stream.
+    shuffled = tfseq.training_pipeline([str(path)], vocab, labels=["a", "b"], batching="pack",
+                                       max_tokens=16, block_length=8, max_length=4)
+    ((features, labels, weights),) = list(shuffled)
+    segment_ids = features["ids_segment_ids"].numpy()
+    assert segment_ids.shape == (1, 8)  # the three examples (3, 1 and 4 tokens) in one row
+    assert sorted(np.bincount(segment_ids[0])[1:].tolist()) == [1, 3, 4]
+    assert sorted(labels.numpy()[weights.numpy() > 0].tolist()) == [0, 0, 1]

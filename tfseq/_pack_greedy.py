@@ -18,12 +18,13 @@ the rows of one batch (``_assign``):
 
 Each row first takes its carried continuation piece (the rest of an example split in the
 previous batch, in the same row index: a lane), so the oldest examples leave first and the
-input order (its shuffle) is kept up to the window. Example, B = 2, block 6, lengths 4 3 2 9
-(the 9 split) in one build::
+input order (its shuffle) is kept up to the window. Example, B = 2, block 6, lengths
+5 3 9 1 2 (the 9 is split; tokens shown as their example's length)::
 
-    row 0   [4 4 4 4 2 2]        4 fills, the gap of 2 takes the 2 (best fit)
-    row 1   [3 3 3 9 9 9]        3 fills, the 9 starts in the gap: 6 tokens carried
-    next    row 1 starts with    [9 9 9 9 9 9]  (continuation: no reset, segment 1)
+    batch 1   row 0   5 5 5 5 5 1     the run [5] leaves a gap of 1: best fit takes the 1
+              row 1   3 3 3 9 9 9     the run [3], then the 9 starts in the gap
+    batch 2   row 0   2 2 0 0 0 0
+              row 1   9 9 9 9 9 9     the rest of the 9, same lane, no reset
 
 A part's chunks (``_CHUNK_SIZE`` examples) join the pool one at a time; after the part's last
 chunk the pool and the carries are flushed, so a part's last batches may be part-filled.
@@ -46,7 +47,7 @@ _UNROLL_ROWS = 64
 
 
 def _chain(reach: tf.Tensor, offsets: tf.Tensor, rows: int) -> tf.Tensor:
-    """``x[r] = reach[offsets[r] + x[r - 1]]`` with ``x[-1] = 0``, for r < rows: int32 ``[rows]``."""
+    """int32 ``[rows]``: ``x[r] = reach[offsets[r] + x[r - 1]]`` with ``x[-1] = 0``."""
     if rows > _UNROLL_ROWS:
         return tf.scan(lambda start, offset: tf.gather(reach, offset + start), offsets,
                        initializer=tf.constant(0))
@@ -55,7 +56,6 @@ def _chain(reach: tf.Tensor, offsets: tf.Tensor, rows: int) -> tf.Tensor:
         start = tf.gather(reach, offsets[r] + start)
         out.append(start)
     return tf.stack(out)
-
 
 
 def _gather_spans(values: tf.Tensor, starts: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:

@@ -1,8 +1,10 @@
 """Where each example of a whole part goes: the packing plan for one sequence feature.
 
 Used by ``tfseq.pack`` when nothing is split (one sequence feature, with ``long_examples``
-"drop" or "truncate", or "split" in a part with no example longer than the block): a part (about 128 batches' worth of examples) is planned in one go, with a few
-hundred tf ops whatever its size, instead of one build per few batches.
+"drop" or "truncate", or "split" in a part with no example longer than the block): a part
+(about 128 batches' worth of examples) is planned in one go, with a few hundred tf ops
+whatever its size, instead of one build per few batches (``tfseq._pack_greedy``). The
+strategies in ``tfseq._pack_planned`` cut the planned rows into batches.
 
 The plan, for examples of lengths ``[P]`` (each in ``[1, block]``):
 

@@ -156,7 +156,8 @@ def check_pool(pool: Mapping[str, tf.Tensor], where: str) -> dict:
     spec = require_dict_spec({k: tf.type_spec_from_value(v) for k, v in pool.items()}
                              if isinstance(pool, Mapping) else pool, where)
     if not is_ragged_batch(spec):
+        received = {k: str(s) for k, s in spec.items()}
         raise ValueError(f"{where} takes a dict of int RaggedTensor [W, (T)] sequence features "
-                         f"and [W] scalar features; received { {k: str(s) for k, s in spec.items()} }")
+                         f"and [W] scalar features; received {received}")
     return {k: v.with_row_splits_dtype(tf.int32) if isinstance(v, tf.RaggedTensor) else v
             for k, v in pool.items()}

@@ -3,40 +3,30 @@
 Shapes: B = batch (rows), T = time (tokens), W = pool size (examples), K = examples kept in a
 pool, N = batches of a pool.
 
-How it batches (pool, sort, cut, carry, shuffle), all in the tf.data graph. Each step is a
-stage of ``Bucketer`` (the validated arguments, a frozen dataclass) that can be run alone:
+How it batches, all in the tf.data graph, as stages of ``Bucketer`` (the validated arguments,
+a frozen dataclass; each stage runs alone on tensors):
 
-1. **Fill pools** (``tfseq._pools.fill_pools``). The stream is gathered into pools of
-   consecutive examples, whole input batches at a time (input of single examples is first
-   batched ``ragged_batch(256)``). With a token budget a pool closes once it holds
-   ``pool_tokens`` tokens (default ``DEFAULT_POOL_BUDGETS`` budgets' worth, so a pool holds
-   about that many batches whatever the lengths); with a fixed ``batch_size``, or when
-   ``pool_size`` is given, once it holds ``pool_size`` examples (counting the input read since
-   the last pool closed; the tail carried from that pool, step 5, comes on top). The end of
-   the input closes the last pool (found by looking one input batch ahead, so it also works on
-   each worker of the ``tf.data`` service). Filling is a cheap per-batch ``scan``; the sorting
-   and cutting of steps 2-6 (``split_pool``) run in a second ``scan`` once per pool, which
-   emits the pool's batches as slices of one gather.
-2. Examples longer than ``max_length`` are dropped and counted under ``"too_long"`` (one
-   vectorized counter update per pool).
-3. **Order the pool** (``order_pool``): longest bucket first; inside a bucket the order is
-   random (seeded). With no ``boundaries``/``bucket_width`` every length is its own bucket, so
-   the pool is sorted by length and equal lengths are shuffled among themselves.
-4. **Cut** (``cut``): the ordered pool is cut greedily into batches: each batch takes as many
-   rows as fit the budget, ``rows x padded length <= max_tokens``, where the padded length is
-   the longest example of the batch (or its bucket boundary with ``pad_to_boundary``), with
-   the row count rounded down to ``batch_multiple``. A batch may run past the end of a bucket
-   into the next, shorter one; that is what stops every bucket from leaving a part-filled
-   batch behind.
-5. **Carry** (``choose_carried``): the pool's last batch (the remainder of its shortest
-   bucket) is not emitted: its examples start the next pool. With a budget, so are the
-   batches that fill less than 90% of their cells (lengths too sparse in this pool), worst
-   first, up to 8 budgets' worth. Only the end of the stream emits a part-filled batch, so
-   every batch but the last has a multiple of ``batch_multiple`` rows, and the pools lose no
-   step to their tails.
-6. **Shuffle the batches** (``shuffle_batches``): the other batches of a pool are emitted in a
-   random (seeded) order; at the end of the stream the last batch comes last.
-7. **Pad** (``pad``): each batch's rows become dense ``[B, T]`` tensors.
+1. Fill pools (``tfseq._pools.fill_pools``): consecutive examples, whole input batches at a
+   time (single examples are first batched ``ragged_batch(256)``). A pool closes at
+   ``pool_tokens`` tokens (default ``DEFAULT_POOL_BUDGETS`` budgets' worth, so about that many
+   batches whatever the lengths) or ``pool_size`` examples read since the last pool closed
+   (the tail it carried, step 5, comes on top), and at the end of the input (found by looking
+   one input batch ahead, so it also works on each worker of the ``tf.data`` service). This
+   per-batch ``scan`` only appends; steps 2-6 (``split_pool``) run once per pool in a second.
+2. Examples longer than ``max_length`` are dropped and counted under ``"too_long"``.
+3. ``order_pool``: longest bucket first, a random (seeded) order inside a bucket. With no
+   ``boundaries``/``bucket_width`` every length is its own bucket.
+4. ``cut``: greedy batches, each as many rows as fit ``rows x padded length <= max_tokens``
+   (the padded length is the batch's longest example, or its bucket boundary with
+   ``pad_to_boundary``), rounded down to ``batch_multiple``. A batch may run past the end of
+   a bucket into the next, shorter one, so buckets leave no part-filled batches behind.
+5. ``choose_carried``: the pool's last batch is not emitted: its examples start the next pool;
+   with a budget, neither are the batches that fill less than 90% of their cells, worst first,
+   up to 8 budgets' worth. Only the end of the stream emits a part-filled batch, so every
+   batch but the last has a multiple of ``batch_multiple`` rows.
+6. ``shuffle_batches``: the other batches go out in a random (seeded) order; at the end of the
+   stream the last batch comes last.
+7. ``pad``: each batch's rows become dense ``[B, T]`` tensors.
 
 Worked example: lengths 1..10 in this order, ``boundaries=[3, 7, 11]``, ``max_tokens=20``,
 ``shuffle=False`` (input order kept inside a bucket, batches emitted longest first), one pool.
@@ -63,24 +53,19 @@ max 512) 0.77 / 0.85 / 0.91 / 0.95.
 
 Batches keep the element contract: each sequence feature becomes int ``[B, T]`` padded with 0
 plus ``"<name>_length"`` int32 ``[B]``; scalar features become ``[B]``. The length used for
-buckets and budgets is the max over the sequence features (``source``/``target`` pairs)::
+buckets and budgets is the max over the sequence features (``source``/``target`` pairs).
+E.g. ``{"ids": int32 [(T)], "label": int32 []}`` examples give the element spec
+``{"ids": [None, None] int32, "ids_length": [None] int32, "label": [None] int32}``.
 
-    {"ids": TensorSpec([None, None], int32), "ids_length": TensorSpec([None], int32),
-     "label": TensorSpec([None], int32)}
-
-Pool-level entry points, for a pipeline that gathers its own pools (``Bucketer`` takes the
-arguments of ``bucket_by_length`` and validates them the same way):
-
-* ``Bucketer(...).pool_batches(pool, pool_seed)``: one pool -> its batches, as the stream
-  made of that pool alone would emit them (nothing carried; drops counted).
-* ``Bucketer(...).finish(element)``: one of those batches -> the padded batch.
-* ``Bucketer(...).split_pool(pool, pool_seed, is_last)``: the same with the carry: also
-  returns the tail to put in front of the next pool.
-
-Example::
+Pool-level entry points, for a pipeline that gathers its own pools (dicts of int
+``RaggedTensor [W, (T)]`` and ``[W]`` tensors); ``Bucketer`` takes ``bucket_by_length``'s
+arguments and validates them the same way. ``pool_batches(pool, pool_seed)``: one pool -> its
+batches ``[N, (B), (T)]``, as the stream of that pool alone would emit them (nothing carried;
+drops counted); ``finish(element)``: one of them -> the padded batch; ``split_pool(pool,
+pool_seed, is_last)`` also returns the tail to put in front of the next pool::
 
     bucketer = Bucketer(max_tokens=8192, seed=0)
-    batches = bucketer.pool_batches(pool, tf.constant(7, tf.int64))   # [N, (B), (T)] ragged
+    batches = bucketer.pool_batches(pool, tf.constant(7, tf.int64))
     ds = tf.data.Dataset.from_tensor_slices(batches).map(bucketer.finish)
 """
 
@@ -177,9 +162,8 @@ def _checked(max_tokens, batch_size, boundaries, bucket_width, max_length, batch
     """``bucket_by_length``'s argument checks (raises as it documents); returns the resolved
     ``(boundaries, max_length, pool_size, pool_tokens)``."""
     if (max_tokens is None) == (batch_size is None):
-        raise ValueError(
-            "Give exactly one of max_tokens and batch_size; received "
-            f"max_tokens={max_tokens!r}, batch_size={batch_size!r}")
+        raise ValueError("Give exactly one of max_tokens and batch_size; received "
+                         f"max_tokens={max_tokens!r}, batch_size={batch_size!r}")
     check_positive_int("max_tokens", max_tokens, allow_none=True)
     check_positive_int("batch_size", batch_size, allow_none=True)
     check_positive_int("bucket_width", bucket_width, allow_none=True)
@@ -188,9 +172,8 @@ def _checked(max_tokens, batch_size, boundaries, bucket_width, max_length, batch
     check_positive_int("pool_size", pool_size, allow_none=True)
     check_positive_int("pool_tokens", pool_tokens, allow_none=True)
     if boundaries is not None and bucket_width is not None:
-        raise ValueError(
-            "Give at most one of boundaries and bucket_width; received "
-            f"boundaries={boundaries!r}, bucket_width={bucket_width!r}")
+        raise ValueError("Give at most one of boundaries and bucket_width; received "
+                         f"boundaries={boundaries!r}, bucket_width={bucket_width!r}")
     if boundaries is not None:
         boundaries = _check_boundaries(boundaries)
     if max_tokens is not None:
@@ -202,9 +185,8 @@ def _checked(max_tokens, batch_size, boundaries, bucket_width, max_length, batch
                 f"max_tokens={max_tokens}, max_length={max_length}, "
                 f"batch_multiple={batch_multiple}")
     if batch_size is not None and batch_size % batch_multiple:
-        raise ValueError(
-            f"batch_size must be a multiple of batch_multiple={batch_multiple}; "
-            f"received batch_size={batch_size}")
+        raise ValueError(f"batch_size must be a multiple of batch_multiple={batch_multiple}; "
+                         f"received batch_size={batch_size}")
     if boundaries is not None and max_length is not None and boundaries[-1] > max_length:
         raise ValueError(
             f"boundaries must not exceed max_length={max_length} (which defaults to "
@@ -224,15 +206,13 @@ def _checked(max_tokens, batch_size, boundaries, bucket_width, max_length, batch
             pool_size = max(DEFAULT_POOL_SIZE, 64 * batch_size)
             pool_size = -(-pool_size // batch_multiple) * batch_multiple
     if pool_size is not None and pool_size % batch_multiple:
-        raise ValueError(
-            f"pool_size must be a multiple of batch_multiple={batch_multiple}; "
-            f"received pool_size={pool_size}")
+        raise ValueError(f"pool_size must be a multiple of batch_multiple={batch_multiple}; "
+                         f"received pool_size={pool_size}")
     if batch_size is not None and pool_size is not None and pool_size < batch_size:
-        raise ValueError(
-            f"pool_size must be at least batch_size={batch_size}; received pool_size={pool_size}")
+        raise ValueError(f"pool_size must be at least batch_size={batch_size}; "
+                         f"received pool_size={pool_size}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise TypeError(f"seed must be an int or None; received seed={seed!r}")
-
     return boundaries, max_length, pool_size, pool_tokens
 
 
@@ -240,33 +220,6 @@ def _batch_seeds(seed: int | None) -> tf.data.Dataset:
     """The int64 seeds zipped with the input batches; a pool is ordered with the seed of its
     last batch. A new sequence each pass over the data, the same sequence on every run."""
     return tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
-
-
-def _bucket_upper(lengths: tf.Tensor, boundaries, bucket_width, max_length) -> tf.Tensor:
-    """int32: the padded length of each length's bucket (``pad_to_boundary``)."""
-    lengths = tf.maximum(lengths, 1)
-    if boundaries is not None:
-        uppers = list(boundaries) + ([max_length] if max_length > boundaries[-1] else [])
-        index = tf.searchsorted(tf.constant(boundaries, tf.int32), lengths, side="left")
-        return tf.gather(tf.constant(uppers, tf.int32), tf.minimum(index, len(uppers) - 1))
-    if bucket_width is not None:
-        upper = (lengths + bucket_width - 1) // bucket_width * bucket_width
-        return upper if max_length is None else tf.minimum(upper, max_length)
-    return tf.fill(tf.shape(lengths), tf.constant(max_length, tf.int32))
-
-
-def _sort_key(lengths: tf.Tensor, boundaries, bucket_width, length_noise, seed) -> tf.Tensor:
-    """float32 [W]: larger keys come first; equal keys are one bucket."""
-    noisy = tf.cast(lengths, tf.float32)
-    if length_noise > 0:
-        u = tf.random.stateless_uniform(tf.shape(lengths), seed=seed, minval=-1.0, maxval=1.0)
-        noisy = noisy * (1.0 + length_noise * u)
-    if boundaries is not None:
-        edges = tf.constant(boundaries, tf.float32)
-        return tf.cast(tf.searchsorted(edges, noisy, side="left"), tf.float32)
-    if bucket_width is not None:
-        return tf.math.ceil(noisy / bucket_width)
-    return noisy
 
 
 def _cut(padded: tf.Tensor, max_tokens, batch_size, batch_multiple, descending=False):
@@ -400,17 +353,12 @@ def bucket_by_length(
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Bucketer:
-    """``bucket_by_length``'s arguments, validated, and the stages of its algorithm.
+    """``bucket_by_length``'s arguments, validated (same defaults, checks and errors), and the
+    stages of its algorithm (see the module docstring), each testable alone.
 
-    Takes the arguments of ``bucket_by_length`` (same defaults, same checks and errors). Once
-    built, ``boundaries`` is a tuple and ``max_length``, ``pool_size``, ``pool_tokens`` and
-    ``counter`` hold their resolved defaults. ``transform`` is the streaming transformation;
-    ``pool_batches`` / ``finish`` (and ``split_pool``, with the carry) run it on pools
-    gathered elsewhere; the other methods are the stages of the module docstring, each
-    testable alone.
-
-    A *pool* is a dict of int ``RaggedTensor [W, (T)]`` (sequence features) and ``[W]``
-    tensors (scalar features).
+    Once built, ``boundaries`` is a tuple and ``max_length``, ``pool_size``, ``pool_tokens``
+    and ``counter`` hold their resolved defaults. A *pool* is a dict of int ``RaggedTensor
+    [W, (T)]`` (sequence features) and ``[W]`` tensors (scalar features).
     """
 
     max_tokens: int | None = None
@@ -488,10 +436,8 @@ class Bucketer:
     @tf.autograph.experimental.do_not_convert
     def pool_batches(self, pool: Mapping[str, tf.Tensor], pool_seed) -> dict:
         """One pool -> its batches, as ``transform`` emits them for a stream of this pool
-        alone: every kept example once, nothing carried, the batches in emission order.
-
-        Works eagerly and inside ``Dataset.map`` / ``Dataset.scan`` functions. Examples over
-        ``max_length`` are dropped and counted in ``counter``.
+        alone (every kept example once, nothing carried). Works eagerly and inside
+        ``Dataset.map`` / ``Dataset.scan``; drops are counted in ``counter``.
 
         Args:
           pool: dict of int ``RaggedTensor [W, (T)]`` (sequence features) and ``[W]`` tensors.
@@ -499,9 +445,9 @@ class Bucketer:
             streaming transformation uses the seed of the pool's last input batch).
 
         Returns:
-          The same keys, each ``RaggedTensor [N, (B), (T)]`` (sequence features) or
-          ``[N, (B)]`` (scalars): batch i is ``tf.nest.map_structure(lambda x: x[i], out)``,
-          or an element of ``Dataset.from_tensor_slices(out)``; ``finish`` pads it.
+          The same keys, ``RaggedTensor [N, (B), (T)]`` (sequence features) or ``[N, (B)]``:
+          batch i is ``tf.nest.map_structure(lambda x: x[i], out)``, or an element of
+          ``Dataset.from_tensor_slices(out)``; ``finish`` pads it.
 
         Raises:
           TypeError: ``pool`` is not a dict.
@@ -510,8 +456,8 @@ class Bucketer:
         pool = check_pool(pool, "Bucketer.pool_batches")
         pool_seed = tf.cast(pool_seed, tf.int64)
         if tf.inside_function():
-            return self._last_pool_batches(pool, pool_seed)
-        return self._traced_last_pool_batches(pool, pool_seed)
+            return self.split_pool(pool, pool_seed, True)[0]
+        return self._traced_pool_batches(pool, pool_seed)
 
     @tf.autograph.experimental.do_not_convert
     def finish(self, element: Mapping[str, tf.Tensor]) -> dict:
@@ -520,19 +466,16 @@ class Bucketer:
         return self.pad(element)
 
     def split_pool(self, pool: Mapping[str, tf.Tensor], pool_seed: tf.Tensor, is_last):
-        """Stages 2-6 on one pool: drops, order, cut, carry, batch order.
+        """Stages 2-6 on one pool (int32 row splits): drops, order, cut, carry, batch order.
 
         Args:
-          pool: dict of int ``RaggedTensor [W, (T)]`` with int32 row splits and ``[W]``
-            tensors: the tail carried from the previous pool, then the new examples.
-          pool_seed: int64 scalar.
-          is_last: bool (scalar tensor or Python), the stream ends with this pool: nothing
-            is carried and the pool's last batch is emitted last.
+          pool, pool_seed: as ``pool_batches``; the pool starts with the previous tail.
+          is_last: bool (scalar tensor or Python): the stream ends with this pool, so
+            nothing is carried and its last batch goes out last.
 
         Returns:
-          ``(batches, tail)``: ``batches`` as ``pool_batches`` returns them (the emitted
-          ones); ``tail`` a pool of the carried examples ``[C, (T)]`` / ``[C]``, to put in
-          front of the next pool.
+          ``(batches, tail)``: the emitted batches as ``pool_batches`` returns them, and a
+          pool ``[C, (T)]`` / ``[C]`` of the carried examples for the front of the next pool.
         """
         keys = [k for k, v in pool.items() if isinstance(v, tf.RaggedTensor)]
         lengths = batch_lengths(pool, keys)
@@ -554,49 +497,62 @@ class Bucketer:
                    for k, v in pool.items()}
         return batches, tail
 
-    def _last_pool_batches(self, pool, pool_seed):
-        return self.split_pool(pool, pool_seed, True)[0]
-
     @functools.cached_property
-    def _traced_last_pool_batches(self):
-        """``_last_pool_batches`` as one graph, for eager calls (its loops run as ops)."""
-        return tf.function(self._last_pool_batches, reduce_retracing=True, autograph=False)
+    def _traced_pool_batches(self):
+        """``pool_batches`` as one graph, for eager calls (its loops run as ops)."""
+        return tf.function(lambda pool, pool_seed: self.split_pool(pool, pool_seed, True)[0],
+                           reduce_retracing=True, autograph=False)
 
     # ----- the stages
 
     def padded_length(self, lengths: tf.Tensor) -> tf.Tensor:
         """int32 ``[n]``: the length each of ``lengths`` (int32 ``[n]``) pads to in a batch:
         its bucket's upper bound with ``pad_to_boundary``, else itself (at least 1)."""
-        if self.pad_to_boundary:
-            return _bucket_upper(lengths, self.boundaries, self.bucket_width, self.max_length)
-        return tf.maximum(lengths, 1)
+        lengths = tf.maximum(lengths, 1)
+        if not self.pad_to_boundary:
+            return lengths
+        if self.boundaries is not None:
+            uppers = list(self.boundaries) + (
+                [self.max_length] if self.max_length > self.boundaries[-1] else [])
+            index = tf.searchsorted(tf.constant(self.boundaries, tf.int32), lengths, side="left")
+            return tf.gather(tf.constant(uppers, tf.int32), tf.minimum(index, len(uppers) - 1))
+        if self.bucket_width is not None:
+            upper = (lengths + self.bucket_width - 1) // self.bucket_width * self.bucket_width
+            return upper if self.max_length is None else tf.minimum(upper, self.max_length)
+        return tf.fill(tf.shape(lengths), tf.constant(self.max_length, tf.int32))
 
     def order_pool(self, lengths: tf.Tensor, pool_seed: tf.Tensor,
                    keep: tf.Tensor | None = None) -> tf.Tensor:
-        """Stage 3: the pool's examples longest bucket first, shuffled inside a bucket.
-
-        Args:
-          lengths: int32 ``[W]``, each example's length.
-          pool_seed: int64 scalar.
-          keep: bool ``[W]`` or None, false on the examples dropped as too long.
-
-        Returns:
-          int32 ``[K]``: the indices of the kept examples, in pool order.
-        """
+        """Stage 3: int32 ``[K]``, the indices of the kept examples in pool order (longest
+        bucket first, shuffled inside a bucket), from their int32 ``[W]`` ``lengths``, an
+        int64 scalar ``pool_seed`` and ``keep`` (bool ``[W]``, false on the dropped ones)."""
         seed_a = tf.stack([pool_seed, tf.constant(1, tf.int64)])
         seed_b = tf.stack([pool_seed, tf.constant(2, tf.int64)])
         order = tf.range(tf.size(lengths))
         if self.shuffle:
             order = tf.random.experimental.stateless_shuffle(tf.range(tf.size(lengths)),
                                                              seed=seed_a)
-        key = _sort_key(tf.gather(lengths, order), self.boundaries, self.bucket_width,
-                        self.length_noise, seed_b)
+        key = self._sort_key(tf.gather(lengths, order), seed_b)
         if keep is not None:  # dropped examples sort last (keys are >= 0) and are cut off
             key = tf.where(tf.gather(keep, order), key, -1.0)
         order = tf.gather(order, tf.argsort(key, direction="DESCENDING", stable=True))
         if keep is not None:
             order = order[:tf.reduce_sum(tf.cast(keep, tf.int32))]
         return order
+
+    def _sort_key(self, lengths: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+        """float32 ``[W]``: larger keys come first; equal keys are one bucket."""
+        noisy = tf.cast(lengths, tf.float32)
+        if self.length_noise > 0:
+            u = tf.random.stateless_uniform(tf.shape(lengths), seed=seed, minval=-1.0,
+                                            maxval=1.0)
+            noisy = noisy * (1.0 + self.length_noise * u)
+        if self.boundaries is not None:
+            edges = tf.constant(self.boundaries, tf.float32)
+            return tf.cast(tf.searchsorted(edges, noisy, side="left"), tf.float32)
+        if self.bucket_width is not None:
+            return tf.math.ceil(noisy / self.bucket_width)
+        return noisy
 
     def cut(self, ordered_lengths: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Stage 4: int32 ``[K]`` lengths in pool order -> ``(starts, sizes)``, int32 ``[N]``
@@ -607,18 +563,13 @@ class Bucketer:
                     self.batch_multiple, descending=sorted_by_length)
 
     def choose_carried(self, ordered_lengths: tf.Tensor, sizes: tf.Tensor) -> tf.Tensor:
-        """Stage 5: bool ``[N]``, the batches that wait for the next pool.
+        """Stage 5: bool ``[N]``, the batches that wait for the next pool, from the lengths in
+        pool order (int32 ``[K]``) and the rows of each batch (int32 ``[N]``, ``cut``).
 
-        The pool's last batch (the remainder of its shortest bucket) always waits, so every
-        batch but the stream's last is full and a multiple of ``batch_multiple``. With a token
-        budget, so do the batches that fill less than ``_CARRY_FILL`` of their cells with real
-        tokens (lengths too sparse in this pool to fill a batch evenly), worst first, up to
+        The pool's last batch always waits. With a token budget so do the batches that fill
+        less than ``_CARRY_FILL`` of their cells with real tokens, worst first, up to
         ``_CARRY_BUDGETS`` budgets of cells: with the next pool's examples they sort into
         fuller batches.
-
-        Args:
-          ordered_lengths: int32 ``[K]``, the lengths in pool order.
-          sizes: int32 ``[N]``, the rows of each batch (``cut``).
         """
         num = tf.size(sizes)
         last = tf.equal(tf.range(num), num - 1)
@@ -639,17 +590,9 @@ class Bucketer:
 
     def shuffle_batches(self, starts: tf.Tensor, sizes: tf.Tensor, emitted: tf.Tensor,
                         pool_seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """Stage 6: the emitted batches in the order they go out.
-
-        Args:
-          starts, sizes: int32 ``[N]``, the batches in pool order (``cut``).
-          emitted: bool ``[N]``, false on the carried batches.
-          pool_seed: int64 scalar.
-
-        Returns:
-          ``(starts, sizes)`` of the emitted batches: in a random order with ``shuffle``
-          (the pool's last batch still last), else in pool order.
-        """
+        """Stage 6: ``(starts, sizes)`` (int32 ``[N]``, ``cut``) of the batches where
+        ``emitted`` (bool ``[N]``), in the order they go out: random with ``shuffle`` (the
+        pool's last batch still last; int64 scalar ``pool_seed``), else pool order."""
         if self.shuffle:
             last = tf.equal(tf.range(tf.size(starts)), tf.size(starts) - 1)
             noise = tf.random.stateless_uniform(

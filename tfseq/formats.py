@@ -203,16 +203,19 @@ def read_aligned(source_files: Sequence[str], target_files: Sequence[str], *,
     for source, target in zip(source_files, target_files):
         padded = [text_lines(f).concatenate(tf.data.Dataset.from_tensors(
             tf.constant(_END_OF_FILE)).repeat()) for f in (source, target)]
-        message = (f"{source} and {target} have different line counts: source and target "
-                   "files must be line-aligned")
 
-        def join(s, t, message=message):
+        def join(line, s, t, source=source, target=target):
             ended_s, ended_t = tf.equal(s, _END_OF_FILE), tf.equal(t, _END_OF_FILE)
-            check = tf.debugging.Assert(tf.equal(ended_s, ended_t), [message])
-            with tf.control_dependencies([check]):
+            checks = [tf.debugging.Assert(
+                tf.logical_not(first & tf.logical_not(second)),
+                [f"{name} ends after line", line, f"but {other} has more lines: source and "
+                 "target files must be line-aligned"])
+                for first, second, name, other in ((ended_s, ended_t, source, target),
+                                                   (ended_t, ended_s, target, source))]
+            with tf.control_dependencies(checks):
                 return ended_s, s + _FIELD_SEPARATOR + t
 
-        ds = (tf.data.Dataset.zip(tuple(padded)).map(join)
+        ds = (tf.data.Dataset.zip(tf.data.Dataset.range(1 << 62), *padded).map(join)
               .take_while(lambda ended, _: tf.logical_not(ended)).map(lambda _, pair: pair))
         pairs = ds if pairs is None else pairs.concatenate(ds)
     if num_shards > 1:

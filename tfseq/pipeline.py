@@ -1,8 +1,12 @@
-"""One call from the user's files to a dataset ``model.fit`` takes (``training_pipeline``).
+"""One call from the user's files to a dataset ``model.fit`` takes: ``training_pipeline``.
 
-The steps are the library's own: ``tfseq.formats.read_rows`` (TSV/CSV/text in graph, every
-drop counted) -> label lookup -> ``tfseq.tokenize`` -> truncate or drop long examples ->
-shuffle -> ``bucket_by_length`` or ``pad_batch``.
+It is the path the binaries take (``tfseq.pipelines.spine``), for Keras users who do not want
+to compose the steps: records read (``tfseq.formats``: TSV/CSV/text/CoNLL in graph, every drop
+counted), label ids, tokenization, the length policy, the batching seam (pad | bucket | pack,
+``tfseq.batching.Batching``) and the model's ``(inputs, targets, weights)``
+(``tfseq.model_inputs.ModelFeatures``). Training batches come from the shuffled, resumable
+record stream (``tfseq.resumable``; a new order every pass); ``training=False`` keeps file
+order.
 """
 
 from __future__ import annotations
@@ -11,103 +15,74 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from tfseq import formats
-from tfseq._common import pipeline_options, unbatch
-from tfseq.batching import pad_batch
-from tfseq.bucketing import bucket_by_length
-from tfseq.filtering import filter_by_length
 from tfseq.stats import DropCounter, resolve_counter
-from tfseq.text import Vocab, tokenize
+from tfseq.text import Vocab
 
 
-def training_pipeline(files, vocab: Vocab, *, columns: Sequence[str] = ("label", "text"),
-                      labels: Sequence[str] | None = None, format: str | None = None,
-                      header: bool = False, batching: str = "bucket", max_tokens: int = 2048,
-                      batch_size: int = 64, max_length: int = 128, tokenizer=None,
+def training_pipeline(files, vocab: Vocab, *, task: str = "classify",
+                      columns: Sequence[str] | None = None, labels: Sequence[str] | None = None,
+                      format: str | None = None, header: bool = False, batching: str = "bucket",
+                      max_tokens: int = 2048, batch_size: int = 64, max_length: int = 128,
+                      block_length=(32, 64, 128), tokenizer: str = "whitespace",
                       lowercase: bool = False, long_examples: str = "truncate",
-                      training: bool = True, shuffle_buffer: int = 20000, seed: int | None = 0,
+                      training: bool = True, seed: int = 0,
                       counter: DropCounter | None = None) -> tf.data.Dataset:
-    """User files -> batches for ``model.fit``.
+    """User files -> batches ``(inputs, targets, weights)`` for ``model.fit``.
 
     Args:
       files: paths or globs (``.gz`` allowed), or a comma-separated string of them.
       vocab: the ``Vocab`` (e.g. from ``Vocab.learn``).
-      columns: field names in order (``_`` skips one); must hold ``text``; with ``label``,
-        ``labels`` is required.
-      labels: class names; label id = index. A row with another label is dropped
-        (``unknown_label``).
+      task: ``"classify"``, ``"lm"``, ``"translate"`` or ``"tag"``: what the rows hold and
+        what the model learns (``tfseq.pipelines.tasks``).
+      columns: field names in order (``_`` skips one); default the task's (``label,text``).
+      labels: the class names (classify) or tags (tag); id = index (tag: index + 1). A row
+        with another label is dropped (``unknown_label``).
       format, header: see ``tfseq.formats`` (format from the extension by default).
-      batching: ``"bucket"`` (``max_tokens`` cells per batch) or ``"pad"`` (``batch_size``).
-      max_tokens, batch_size: the budget of the chosen mode.
+      batching: ``"bucket"`` or ``"pack"`` (``max_tokens`` cells per batch, ``block_length``
+        rows for pack) or ``"pad"`` (``batch_size`` rows).
       max_length: tokens per example; ``long_examples="truncate"`` cuts longer ones (seen
         ``truncated``), ``"drop"`` drops them (``too_long``).
       tokenizer, lowercase: as in ``tfseq.tokenize``.
-      training: shuffle (seeded by ``seed``) when true; arrival order otherwise.
-      counter: where lines read and drops are counted (default: ``tfseq.default_counter()``).
+      training: the shuffled stream (seeded by ``seed``, a new order each pass); else every
+        record in file order.
+      counter: where records read and drops are counted (default:
+        ``tfseq.default_counter()``).
 
     Returns:
-      ``({"ids": int32 [B, T]}, label int32 [B])`` with labels, ``{"ids": int32 [B, T]}``
-      without.
+      A dataset of ``(inputs, targets, weights)``, e.g. for classify with pad or bucket
+      ``({"ids": int32 [B, T], "ids_length": int32 [B]}, label int32 [B], float32 [B])``.
 
     Raises:
       tfseq.formats.InputError: missing/empty files, bad columns, labels missing.
-      ValueError: an unknown ``batching`` or ``long_examples``.
     """
-    if batching not in ("bucket", "pad"):
-        raise ValueError(f"training_pipeline: batching must be 'bucket' or 'pad'; received "
-                         f"{batching!r}")
-    if long_examples not in ("truncate", "drop"):
-        raise ValueError(f"long_examples must be 'truncate' or 'drop'; received {long_examples!r}")
+    from tfseq.formats import InputError
+    from tfseq.pipelines import tasks
+    from tfseq.pipelines.spine import committed
+    from tfseq.pipelines.sources import fingerprint
+    from tfseq.pipelines.state import TaskState, spill
+
+    spine_task = tasks.load(task)
+    files = tuple(files.split(",") if isinstance(files, str) else files)
+    config = spine_task.Config(
+        train_files=files, eval_files=() if training else files, eval_percent=0,
+        format=format, columns=tuple(columns or ()), header=header, batching=batching,
+        max_tokens=max_tokens, batch_size=batch_size, max_length=max_length,
+        block_length=block_length, tokenizer=tokenizer, lowercase=lowercase,
+        long_examples=long_examples, seed=seed)
+    config.check()
+    names = {"vocab": vocab} if "vocab" in spine_task.vocab_columns else {
+        name: vocab for name in spine_task.vocab_columns}
+    label_sets = {}
+    for column in spine_task.label_columns:
+        if not labels:
+            raise InputError(f"task={task!r} reads a {column!r} column: pass labels=[...]")
+        label_sets[column] = tuple(labels)
+    state = TaskState(names, label_sets)
     counter = resolve_counter(counter)
-    paths = formats.resolve(files, "files")
-    names = tuple(c for c in columns if c != "_")
-    fmt = formats.row_format(paths, format, columns, header, required=("text",),
-                             allowed=("label", "text"))
-    with_labels = "label" in names
-    if with_labels and not labels:
-        raise formats.InputError("columns has a 'label' field: pass labels=[...] (the class "
-                                 "names; tfseq.formats.discover_labels finds them)")
-    ds = formats.read_rows(paths, fmt, counter)
-    if with_labels:
-        table = tf.lookup.StaticHashTable(
-            tf.lookup.KeyValueTensorInitializer(tf.constant(list(labels)),
-                                                tf.range(len(labels), dtype=tf.int32)), -1)
-        counter.register("unknown_label")
-
-        def to_ids(rows):
-            ids = table.lookup(tf.strings.strip(rows["label"]))
-            keep = counter.keep_if({"unknown_label": ids < 0})
-            return {"text": tf.boolean_mask(rows["text"], keep),
-                    "label": tf.boolean_mask(ids, keep)}
-
-        ds = ds.map(to_ids, num_parallel_calls=tf.data.AUTOTUNE)
-    else:
-        ds = ds.map(lambda rows: {"text": rows["text"]})
-    ds = ds.apply(tokenize(vocab, tokenizer=tokenizer, key="text", lowercase=lowercase))
-    ds = ds.map(lambda e: {"ids" if k == "text" else k: v for k, v in e.items()})
-    if long_examples == "truncate":
-        def cut(example):
-            ids = example["ids"]
-            longer = tf.reduce_sum(tf.cast(ids.row_lengths() > max_length, tf.int64))
-            with tf.control_dependencies([counter.note("truncated", longer)]):
-                return {**example, "ids": ids[:, :max_length]}
-        ds = ds.map(cut, num_parallel_calls=tf.data.AUTOTUNE)
-        ds = ds.apply(filter_by_length(min_length=1, counter=counter))
-    else:
-        ds = ds.apply(filter_by_length(min_length=1, max_length=max_length, counter=counter))
-    if batching == "pad":
-        ds = unbatch(ds)
-        if training:
-            ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-        ds = ds.apply(pad_batch(batch_size))
-    else:
-        if training:  # whole ragged batches; bucketing also shuffles inside its pools
-            ds = ds.shuffle(max(1, shuffle_buffer // formats.READ_BATCH), seed=seed,
-                            reshuffle_each_iteration=True)
-        ds = ds.apply(bucket_by_length(max_tokens=max_tokens, max_length=max_length,
-                                       seed=seed if training else None))
-    if with_labels:
-        ds = ds.map(lambda b: ({"ids": b["ids"]}, b["label"]))
-    else:
-        ds = ds.map(lambda b: {"ids": b["ids"]})
-    return ds.prefetch(tf.data.AUTOTUNE).with_options(pipeline_options())
+    if not training:
+        return spine_task.eval_dataset(config, state, counter,
+                                       batching=spine_task.batching(config))
+    shards = spine_task.record_shards(config)
+    spill(spine_task, config, shards, fingerprint(spine_task.source(config, "train").files))
+    stream = spine_task.training_stream(config, state, counter, shards)
+    return committed(stream).prefetch(tf.data.AUTOTUNE)
