@@ -229,18 +229,19 @@ class TextTask:
                             seed=config.seed, directory=directory)
 
     def training_stream(self, config, state: TaskState, counter: DropCounter,
-                        shards: RecordShards, *, replicas: int = 1,
+                        shards: RecordShards, *, replicas: int = 1, parts: bool = False,
                         epoch: tf.Variable | None = None) -> ResumableStream:
         """The resumable training stream: global batches of ``replicas`` times the budget,
-        split into ``replicas`` parts of ``(inputs, targets, weights)`` when ``replicas`` > 1
-        (a tuple; one part: the part itself)."""
+        each ``(inputs, targets, weights)``, or with ``parts`` (a ``tf.distribute`` run) a
+        tuple of ``replicas`` such parts (``tfseq.split``: dummy rows of weight 0, never an
+        empty part)."""
         batching = self.batching(config).scaled(replicas)
 
         def to_model(batch):
-            if replicas == 1:
+            if not parts:
                 return self.features(batch)
-            parts = split(batch, replicas, balance="tokens", equal_rows=True)
-            return tuple(self.features(part) for part in parts)
+            return tuple(self.features(part) for part in
+                         split(batch, replicas, balance="tokens", equal_rows=True))
 
         return ResumableStream(shards, self.encode_fn(config, state, "train", counter),
                                batching.pool_batcher(counter), counter=counter,

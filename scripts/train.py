@@ -105,7 +105,8 @@ flags.DEFINE_enum("strategy", "mirrored", ["mirrored", "multi_worker"],
                   "worker; the chief, index 0, writes checkpoints, logs and the report).")
 flags.DEFINE_string("data_service", None, "tf.data service address, e.g. grpc://localhost:5000.")
 flags.DEFINE_integer("tbptt", None, "Truncated-BPTT chunk length (task lm).")
-flags.DEFINE_integer("verbose", 1, "0: quiet; 1: progress and report; 2: also INFO logs.")
+flags.DEFINE_integer("verbose", 1, "0: only the report; 1: also progress lines and bars; 2: "
+                     "also INFO logs.")
 flags.DEFINE_boolean("export", True, "At the end of a finished run, write <model_dir>/export "
                      "(a SavedModel over raw text; see tfseq-export).")
 OWN_FLAGS = sorted(set(FLAGS) - _FLAGS_BEFORE)
@@ -410,7 +411,7 @@ def train_text(task, config) -> None:
     if mode == "data_service":
         return train_on_service(task, config, run, model, strategy, counters, stats, local)
     stream = task.training_stream(config, run.state, counters["train"], run.shards,
-                                  replicas=local)
+                                  replicas=local, parts=strategy is not None)
     summaries = Summaries(stats, counters)
     options = dict(model_dir=FLAGS.model_dir, checkpoint_every=FLAGS.checkpoint_every,
                    on_step=summaries.on_step if chief else None,
@@ -460,14 +461,13 @@ def train_text(task, config) -> None:
         write_report(os.path.join(worker_dir, "report.json"), report)
         return
     write_report(os.path.join(FLAGS.model_dir, "report.json"), report)
-    if FLAGS.verbose:
-        print(format_report(report))
+    print(format_report(report))
     if finished:
         for line in task.sample_lines(config, run.state, local_model, eval_ds):
             print(line)
         if FLAGS.export:
             path = exporting.export_run(FLAGS.model_dir, task, config, run.state, local_model)
-            if FLAGS.verbose and path:
+            if path:
                 print(f"Served model ({task.name}, input `{task.prediction_input}`): {path}")
 
 
@@ -504,8 +504,7 @@ def train_on_service(task, config, run, model, strategy, counters, stats, local)
         baselines=task.baselines(eval_ds), setup=run.setup, data_state_bytes=0,
         drop_examples=drop_examples_of(task, config, counters))
     write_report(os.path.join(FLAGS.model_dir, "report.json"), report)
-    if FLAGS.verbose:
-        print(format_report(report))
+    print(format_report(report))
     if FLAGS.export:
         exporting.export_run(FLAGS.model_dir, task, config, run.state, local_model)
 
@@ -575,8 +574,7 @@ def train_own(task, config) -> None:
         data_state_bytes=data_state_bytes(checkpoints[0]) if checkpoints else 0,
         drop_examples=[])
     write_report(os.path.join(FLAGS.model_dir, "report.json"), report)
-    if FLAGS.verbose:
-        print(format_report(report))
+    print(format_report(report))
 
 
 def main(argv):

@@ -20,9 +20,8 @@ SHARDS = [list(range(0, 30)), list(range(30, 45))]
 
 def child(role, out_path):
     import tfseq
-    from tfseq import replicated
 
-    strategy = (replicated.multi_worker_strategy() if role == "worker"
+    strategy = (tfseq.distribute.multi_worker_strategy() if role == "worker"
                 else tfseq.mirrored_strategy(2))
     import keras
     import tensorflow as tf
@@ -160,17 +159,17 @@ def test_train_binary_two_workers_one_epoch(tmp_path):
                 p.wait(timeout=20)
     chief = json.loads((run / "report.json").read_text())
     other = json.loads((run / "workers" / "1" / "report.json").read_text())
-    assert chief["replicas"] == 2 and chief["epochs"] == 1
-    assert chief["steps"] == other["steps"] > 0
-    assert all(np.isfinite(r["history"]["loss"]).all() for r in (chief, other))
+    assert (chief["replicas"], chief["workers"], chief["mode"]) == (1, 2, "multi_worker")
+    assert chief["epochs"] == 1 and chief["steps"] == other["steps"] > 0
+    assert sorted(chief) == sorted(other)  # one report schema
+    assert all(np.isfinite([e["loss"] for e in r["history"]]).all() for r in (chief, other))
     # Each worker read its own file once: together every line exactly once.
     assert [chief["counters"]["train"]["seen"]["lines_read"],
             other["counters"]["train"]["seen"]["lines_read"]] == [150, 130]
-    assert (run / "weights.weights.h5").exists()
     assert tf_checkpoint_exists(run / "ckpt") and tf_checkpoint_exists(run / "workers" / "1" / "ckpt")
     # The chief evaluates and exports a single-device copy; the other worker does neither.
     assert 0.0 <= chief["eval"]["accuracy"] <= 1.0 and np.isfinite(chief["eval"]["loss"])
-    assert "eval" not in other
+    assert other["eval"] == {}
     assert (run / "export" / "saved_model.pb").exists()
     assert not (run / "workers" / "1" / "export").exists()
 

@@ -360,7 +360,10 @@ def parse_rows(records: tf.Tensor, fmt: RowFormat, counter: DropCounter, *,
     row, ok = parse(records, fmt)
     checks = {}
     if split is not None:
-        checks["other_split"] = tf.not_equal(in_eval_split(records, eval_percent),
+        # A line pair's key is "source<TAB>target", as a TSV line of the pair would be.
+        keys = records if fmt.format != PAIR else tf.strings.regex_replace(
+            records, _FIELD_SEPARATOR, "\t")
+        checks["other_split"] = tf.not_equal(in_eval_split(keys, eval_percent),
                                              split == "eval")
     checks.update(drop_checks(records, row, ok))
     with tf.control_dependencies([read]):
