@@ -1,0 +1,307 @@
+"""Resume anywhere: a data state of a few integers, exact mid-epoch resume in every batching mode,
+other replica counts at the same global budget, changed runs named, SIGKILL at any moment."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LABELS = ("east", "north", "south", "west")
+DATA_STATE_BOUND = 1024  # bytes: the cursor (3 int64) and the train counters (int64 each)
+
+
+def write_corpus(path, lines=1200, seed=0):
+    """``label<TAB>text`` sorted by label; every line's first word ``t<i>`` is its id."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(lines):
+        label = LABELS[i * len(LABELS) // lines]
+        words = " ".join(f"{label}{rng.randrange(6)}" for _ in range(i % 11 + 1))
+        rows.append(f"{label}\tt{i} {words}")
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def example_ids(batch, vocab_tokens):
+    """The ids (``t<i>`` -> i) of the real examples of an ``(inputs, targets, weights)``
+    batch, or of a tuple of such parts."""
+    parts = batch if isinstance(batch[0], tuple) else (batch,)
+    found = []
+    for x, _, weights in parts:
+        ids = x["ids"].numpy()
+        if "ids_resets" in x:  # packed: each segment starts with a reset
+            firsts = ids[x["ids_resets"].numpy() > 0]
+        else:
+            firsts = ids[weights.numpy().reshape(ids.shape[0], -1).max(axis=1) > 0, 0]
+        found += [int(vocab_tokens[t][1:]) for t in firsts.tolist()]
+    return found
+
+
+def run_trainer(task, config, state, shards, model_dir, *, max_steps=None, epochs=1,
+                steps_log=None):
+    """One process' worth of training (single device): its steps' example ids."""
+    import tfseq
+    from tfseq.training import Trainer
+
+    steps_log = [] if steps_log is None else steps_log
+    counter = tfseq.DropCounter("train")
+    stream = task.training_stream(config, state, counter, shards)
+    keras.utils.set_random_seed(0)
+    model = task.build_model(config, state, task.model_config(embedding_dim=4, hidden_dim=4))
+    tokens = state.vocab.tokens
+    trainer = Trainer(model, stream, model_dir=str(model_dir), checkpoint_every=3,
+                      on_batch=lambda batch: steps_log.append(example_ids(batch, tokens)),
+                      on_epoch_start=lambda epoch: counter.reset())
+    trainer.restore()
+    result = trainer.fit(epochs, verbose=0, max_steps=max_steps)
+    return result, steps_log, counter
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batching", ["pad", "bucket", "pack"])
+def test_bounded_data_state_and_an_exact_mid_epoch_resume(tmp_path, batching):
+    from tfseq.pipelines import classify, sources
+    from tfseq.training import checkpoints_newest_first, data_state_bytes
+
+    corpus = write_corpus(tmp_path / "sorted.tsv")
+    # Shards of ~4 KB: the 58 KB corpus is spilled into 15 of them, the line shuffle on.
+    config = classify.Config(train_files=(corpus,), columns=("label", "text"), eval_percent=0,
+                             min_count=1, batching=batching, batch_size=16, max_tokens=96,
+                             max_length=12, block_length=(8, 16), max_segments=8,
+                             shuffle_shard_bytes=4096)
+    task = classify.TASK
+    shards = task.record_shards(config, directory=str(tmp_path / "shards"))
+    state, setup = task.prepare(config, shards=shards,
+                                fingerprint=sources.fingerprint([corpus]))
+    assert shards.num_shards == 15 and setup.passes == 1
+
+    full, full_steps, full_counter = run_trainer(task, config, state, shards, tmp_path / "full")
+    assert sorted(i for step in full_steps for i in step) == list(range(1200))
+    cut = full.steps_done // 2 + 1
+    part, cut_steps, _ = run_trainer(task, config, state, shards, tmp_path / "cut",
+                                     max_steps=cut)
+    assert part.interrupted and part.steps_done == cut
+    checkpoint = checkpoints_newest_first(str(tmp_path / "cut" / "ckpt"))[0]
+    assert data_state_bytes(checkpoint) < DATA_STATE_BOUND
+    rest, cut_steps, counter = run_trainer(task, config, state, shards, tmp_path / "cut",
+                                           steps_log=cut_steps)
+    assert not rest.interrupted and rest.steps_done == full.steps_done
+    assert cut_steps == full_steps  # the same batches in the same order: none lost, none twice
+    assert counter.seen() == full_counter.seen() == {"lines_read": 1200, "truncated": 0}
+    assert counter.drops() == full_counter.drops()
+
+
+# ----------------------------------------------------------------------------- replicas
+
+def elastic_child(out_path, tmp_dir, batching):
+    """In a child process with 4 logical CPUs: a 2-replica epoch, then 2 -> 4 and 4 -> 2
+    resumes at the same global budget; writes each run's per-step example ids."""
+    import tensorflow as tf
+
+    import tfseq
+
+    tfseq.mirrored_strategy(4)  # 4 logical CPUs; each run takes the first 2 or all 4
+    from tfseq.pipelines import classify, runs
+    from tfseq.training import ReplicaTrainer
+
+    corpus = write_corpus(__import__("pathlib").Path(tmp_dir) / "sorted.tsv", lines=600)
+    task = classify.TASK
+    global_budget = 192
+
+    def run(model_dir, replicas, max_steps=None):
+        strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
+        config = classify.Config(train_files=(corpus,), columns=("label", "text"),
+                                 eval_percent=0, min_count=1, batching=batching,
+                                 max_tokens=global_budget // replicas, max_length=12,
+                                 block_length=(8, 16), max_segments=8,
+                                 shuffle_shard_bytes=4096)
+        model_config = task.model_config(embedding_dim=4, hidden_dim=4)
+        opened = runs.open_run(model_dir, task, config, model_config=model_config,
+                               replicas=replicas)
+        counter = tfseq.DropCounter("train")
+        stream = task.training_stream(config, opened.state, counter, opened.shards,
+                                      replicas=replicas, parts=True)
+        with strategy.scope():
+            keras.utils.set_random_seed(0)
+            model = task.build_model(config, opened.state, model_config)
+        steps = []
+        tokens = opened.state.vocab.tokens
+        trainer = ReplicaTrainer(model, strategy, stream, model_dir=model_dir,
+                                 checkpoint_every=2,
+                                 on_batch=lambda parts: steps.append(
+                                     sorted(example_ids(parts, tokens))))
+        trainer.restore()
+        result = trainer.fit(1, verbose=0, max_steps=max_steps)
+        return {"steps": steps, "done": result.steps_done, "interrupted": result.interrupted,
+                "lines_read": counter.seen()["lines_read"]}
+
+    out = {"full": run(os.path.join(tmp_dir, "full"), 2)}
+    for first, second in ((2, 4), (4, 2)):
+        model_dir = os.path.join(tmp_dir, f"{first}to{second}")
+        out[f"{first}to{second}"] = [run(model_dir, first, max_steps=3), run(model_dir, second)]
+    with open(out_path, "w") as f:
+        json.dump(out, f)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batching", ["bucket", "pack"])
+def test_a_run_resumes_on_another_number_of_replicas_at_the_same_global_budget(
+        tmp_path, batching):
+    out = tmp_path / "out.json"
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    subprocess.run([sys.executable, os.path.abspath(__file__), "elastic", str(out),
+                    str(tmp_path), batching], env=env, check=True, timeout=900,
+                   stdout=subprocess.DEVNULL)
+    got = json.loads(out.read_text())
+    full = got["full"]["steps"]
+    assert sorted(i for step in full for i in step) == list(range(600))
+    for name in ("2to4", "4to2"):
+        first, second = got[name]
+        assert first["interrupted"] and first["done"] == 3 and not second["interrupted"]
+        # Every global step holds the examples of the uninterrupted run's step.
+        assert first["steps"] + second["steps"] == full, name
+        assert second["lines_read"] == 600, name  # the counts came back with the checkpoint
+
+
+# ----------------------------------------------------------------------------- the binary
+
+def train(*args, env=None, timeout=600):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, **(env or {}))
+    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train.py"), *args],
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def common(corpus, run, **changes):
+    """The flags of the runs below, with ``changes`` (flag name -> value) applied."""
+    flags = {"train_files": corpus, "columns": "label,text", "batching": "bucket",
+             "max_tokens": 96, "max_length": 12, "eval_percent": 0, "epochs": 1,
+             "model_dir": run, "verbose": 0, "export": "false", **changes}
+    return [f"--{k}={v}" for k, v in flags.items()]
+
+
+@pytest.mark.slow
+def test_changed_settings_stop_before_training_naming_each_change(tmp_path):
+    corpus = write_corpus(tmp_path / "sorted.tsv", lines=300)
+    run = tmp_path / "run"
+    out = train(*common(corpus, run), "--max_steps=2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    saved_vocab = (run / "vocab.txt").read_text()
+    for change, expected in [
+        ({"max_length": 10}, "--max_length: saved 12, now 10"),
+        ({"seed": 3}, "--seed: saved 0, now 3"),
+        ({"max_tokens": 48}, "--num_replicas x --max_tokens: saved 96, now 48"),
+        ({"eval_percent": 20}, "--eval_percent: saved 0, now 20"),
+        ({"batching": "pack"}, "--batching: saved 'bucket', now 'pack'"),
+        ({"learning_rate": 0.01}, "model learning_rate: saved 0.003, now 0.01"),
+    ]:
+        out = train(*common(corpus, run, **change))
+        assert out.returncode == 2, (change, out.stderr[-2000:])
+        assert expected in out.stderr, out.stderr[-2000:]
+        assert f"--flagfile={run / 'flags.txt'}" in out.stderr
+        assert "Traceback" not in out.stderr
+    # Another replica count at the same global budget is the same run.
+    out = train(*common(corpus, run, num_replicas=2, max_tokens=48), "--max_steps=1")
+    assert out.returncode == 0, out.stderr[-3000:]
+
+    # Training files that changed: named, and never a new vocabulary.
+    with open(corpus, "a") as f:
+        f.write("east\tt9999 east1 brand new words\n")
+    out = train(*common(corpus, run))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"training file {corpus}: size" in out.stderr
+    assert f"--vocab={run / 'vocab.txt'}" in out.stderr
+    assert (run / "vocab.txt").read_text() == saved_vocab
+
+
+def kill_child(corpus, run, env):
+    return subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "scripts", "train.py"),
+         *common(corpus, run, checkpoint_every=2)],
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, **env),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["mid_save:4", "after_save:4", "random"])
+def test_sigkill_at_any_moment_then_the_same_command_continues(tmp_path, fault):
+    corpus = write_corpus(tmp_path / "sorted.tsv", lines=600)
+    run = tmp_path / "run"
+    if fault == "random":  # an external kill at a random moment of training
+        child = kill_child(corpus, run, {})
+        deadline = time.monotonic() + 300
+        while not (run / "ckpt" / "checkpoint").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(random.Random(os.getpid()).uniform(0.0, 2.0))
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    else:
+        child = kill_child(corpus, run, {"TFSEQ_FAULT": fault})
+        child.wait(timeout=300)
+        assert child.returncode == -signal.SIGKILL, child.stderr.read()[-2000:]
+    out = train(*common(corpus, run, checkpoint_every=2))
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((run / "report.json").read_text())
+    assert not report["interrupted"] and report["epochs"] == 1
+    assert report["counters"]["train"]["seen"]["lines_read"] == 600
+    if fault == "mid_save:4":
+        assert "ckpt-4.index" in out.stderr and "written only in part" in out.stderr
+
+
+@pytest.mark.slow
+def test_report_has_one_schema_single_replicated_and_two_workers(tmp_path):
+    import socket
+
+    corpus = write_corpus(tmp_path / "sorted.tsv", lines=200)
+    reports = {}
+    out = train(*common(corpus, tmp_path / "single"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    reports["single"] = json.loads((tmp_path / "single" / "report.json").read_text())
+    out = train(*common(corpus, tmp_path / "two", num_replicas=2))
+    assert out.returncode == 0, out.stderr[-3000:]
+    reports["replicated"] = json.loads((tmp_path / "two" / "report.json").read_text())
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("localhost", 0))
+            ports.append(s.getsockname()[1])
+    cluster = [f"localhost:{p}" for p in ports]
+    children = [subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "scripts", "train.py"),
+         *common(corpus, tmp_path / "workers", strategy="multi_worker")],
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT,
+                 TF_CONFIG=json.dumps({"cluster": {"worker": cluster},
+                                       "task": {"type": "worker", "index": i}})),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
+    for child in children:
+        assert child.wait(timeout=600) == 0
+    reports["multi_worker"] = json.loads((tmp_path / "workers" / "report.json").read_text())
+
+    def shape(value):
+        if isinstance(value, dict):
+            return {k: shape(v) for k, v in value.items()
+                    if not k.startswith(("eval_", "loss", "accuracy"))}
+        if isinstance(value, list):
+            return [shape(value[0])] if value else []
+        return type(value).__name__
+
+    schemas = {mode: shape({k: v for k, v in r.items() if k not in ("config",)})
+               for mode, r in reports.items()}
+    assert schemas["single"] == schemas["replicated"] == schemas["multi_worker"]
+    for mode, report in reports.items():
+        assert report["mode"] == mode
+        assert isinstance(report["history"], list) and report["history"][0]["epoch"] == 1
+        assert report["real_tokens_per_second"] > 0 and 0 < report["padding_efficiency"] <= 1
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "elastic":
+        elastic_child(sys.argv[2], sys.argv[3], sys.argv[4])
