@@ -39,6 +39,7 @@ import gzip
 import tensorflow as tf
 
 import tfseq
+from tfseq import formats
 from tfseq.pipelines import verses
 from tfseq._common import identity
 from tfseq.tbptt import CHUNK_INDEX, RESETS, tbptt_chunks, tbptt_stream
@@ -100,7 +101,7 @@ def text(config: Config, split: str, counter: tfseq.DropCounter) -> tf.data.Data
         return {"key": key, "text": text, "ok": ok}
 
     def keep(example):
-        in_eval = verses.in_eval_split(example["key"], config.eval_percent)
+        in_eval = formats.in_eval_split(example["key"], config.eval_percent)
         return counter.keep_if({"malformed": tf.logical_not(example["ok"]),
                                 "other_split": tf.not_equal(in_eval, want_eval)})
 

@@ -23,9 +23,13 @@ CLASS_NAMES = SECTION_NAMES
 
 
 def parse(lines: tf.Tensor) -> dict[str, tf.Tensor]:
-    """``tf.string [n]`` lines -> ``{"key": "book chapter verse", "book", "text", "ok"}``
-    (vectorized). ``ok`` is false when a line does not have exactly 4 tab-separated fields
-    (the other features are then empty strings, so the caller can count and drop it)."""
+    """``tf.string`` line(s), ``[]`` or ``[n]`` -> ``{"key": "book chapter verse", "book",
+    "text", "ok"}`` of the same shape (vectorized). ``ok`` is false when a line does not have
+    exactly 4 tab-separated fields (the other features are then empty strings, so the caller
+    can count and drop it)."""
+    lines = tf.convert_to_tensor(lines, tf.string)
+    if lines.shape.rank == 0:
+        return {k: v[0] for k, v in parse(lines[tf.newaxis]).items()}
     fields = tf.strings.split(lines, "\t")
     ok = tf.equal(fields.row_lengths(), 4)
     fields = fields.to_tensor("", shape=[None, 4])

@@ -94,6 +94,9 @@ flags.DEFINE_float("learning_rate", None, "Adam learning rate (default: the mode
 flags.register_validator("learning_rate", lambda v: v is None or v > 0,
                          "--learning_rate must be > 0")
 flags.DEFINE_integer("seed", 0, "Seed for shuffling.")
+flags.DEFINE_integer("shuffle_shard_bytes", None, "Text per shard of the line shuffle (default "
+                     "64 MiB): its memory bound; larger inputs are spilled into "
+                     "<model_dir>/data/ in shards of this size.")
 flags.DEFINE_integer("epochs", 2, "Epochs to train.")
 flags.DEFINE_integer("max_steps", None, "Stop after this many steps in this run (resumable).")
 flags.DEFINE_integer("checkpoint_every", 200, "Checkpoint every N steps (0: epoch ends only).")
@@ -110,6 +113,7 @@ flags.DEFINE_integer("verbose", 1, "0: only the report; 1: also progress lines a
 flags.DEFINE_boolean("export", True, "At the end of a finished run, write <model_dir>/export "
                      "(a SavedModel over raw text; see tfseq-export).")
 OWN_FLAGS = sorted(set(FLAGS) - _FLAGS_BEFORE)
+STARTED = time.perf_counter()  # the process' start, for the time to the first step
 
 # Flag -> task Config field. A flag given explicitly must exist in the task's Config.
 _CONFIG_FLAGS = {
@@ -120,7 +124,7 @@ _CONFIG_FLAGS = {
     "columns": "columns", "header": "header", "eval_percent": "eval_percent",
     "source_files": "source_files", "target_files": "target_files", "tokenizer": "tokenizer",
     "vocab_size": "vocab_size", "vocab_max_lines": "vocab_max_lines",
-    "long_examples": "long_examples",
+    "long_examples": "long_examples", "shuffle_shard_bytes": "shuffle_shard_bytes",
 }
 _FLAG_OF_FIELD = {field: flag for flag, field in _CONFIG_FLAGS.items()}
 _LIST_FLAGS = ("files", "train_files", "eval_files", "columns", "source_files", "target_files")
@@ -240,7 +244,7 @@ def fail(message: str) -> None:
 
 def make_report(*, task_name, config, mode, replicas, workers, learning_rate, result, stats,
                 counters, eval_results, baselines, setup, data_state_bytes,
-                drop_examples) -> dict:
+                drop_examples, first_step_seconds=None) -> dict:
     """``report.json``: the same keys and shapes in every mode (single, replicated,
     multi_worker, data_service)."""
     seconds = result.train_seconds
@@ -256,7 +260,8 @@ def make_report(*, task_name, config, mode, replicas, workers, learning_rate, re
         "eval": eval_results, "baselines": baselines,
         "counters": {k: {"seen": c.seen(), "drops": c.drops()} for k, c in counters.items()},
         "drop_examples": drop_examples,
-        "setup": {"passes": setup.passes, "records": setup.records, "seconds": setup.seconds},
+        "setup": {"passes": setup.passes, "records": setup.records, "seconds": setup.seconds,
+                  "first_step_seconds": first_step_seconds},
         "data_state_bytes": data_state_bytes,
     }
 
@@ -275,10 +280,14 @@ def format_report(report: dict) -> str:
     lines.append(f"  padding efficiency of training batches: {report['padding_efficiency']:.3f}")
     lines.append(f"  training: {report['steps']} steps, {report['train_seconds']:.1f} s, "
                  f"{report['real_tokens_per_second']:,.0f} real tokens/s")
-    if report["setup"]["passes"]:
-        phases = ", ".join(f"{k} {v:.1f} s" for k, v in report["setup"]["seconds"].items())
-        lines.append(f"  before the first step: {report['setup']['passes']} read of the training "
-                     f"files ({report['setup']['records']:,} records; {phases})")
+    setup = report["setup"]
+    if setup["passes"] or setup["first_step_seconds"]:
+        phases = "; ".join([f"{setup['passes']} read of the training files "
+                            f"({setup['records']:,} records)"] * bool(setup["passes"])
+                           + [f"{k} {v:.1f} s" for k, v in setup["seconds"].items()])
+        first = (f", first step after {setup['first_step_seconds']:.1f} s"
+                 if setup["first_step_seconds"] else "")
+        lines.append(f"  before the first step: {phases}{first}")
     for example in report.get("drop_examples", []):
         lines.append(f"  dropped: {example}")
     for key, value in report["eval"].items():
@@ -413,8 +422,15 @@ def train_text(task, config) -> None:
     stream = task.training_stream(config, run.state, counters["train"], run.shards,
                                   replicas=local, parts=strategy is not None)
     summaries = Summaries(stats, counters)
+    first_step = {}
+
+    def on_step(step, logs):
+        first_step.setdefault("seconds", round(time.perf_counter() - STARTED, 3))
+        if chief:
+            summaries.on_step(step, logs)
+
     options = dict(model_dir=FLAGS.model_dir, checkpoint_every=FLAGS.checkpoint_every,
-                   on_step=summaries.on_step if chief else None,
+                   on_step=on_step,
                    on_batch=summaries.on_batch if chief else None,
                    on_epoch_start=lambda epoch: counters["train"].reset(), stats=stats)
     trainer = (ReplicaTrainer(model, strategy, stream, **options) if strategy is not None
@@ -452,7 +468,7 @@ def train_text(task, config) -> None:
         task_name=task.name, config=config, mode=mode, replicas=local, workers=workers,
         learning_rate=float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
         result=result, stats=stats, counters=counters, eval_results=eval_results,
-        baselines=baselines, setup=run.setup,
+        baselines=baselines, setup=run.setup, first_step_seconds=first_step.get("seconds"),
         data_state_bytes=data_state_bytes(checkpoints[0]) if checkpoints else 0,
         drop_examples=drop_examples_of(task, config, counters))
     if not chief:

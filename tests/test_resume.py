@@ -37,8 +37,8 @@ def example_ids(batch, vocab_tokens):
     found = []
     for x, _, weights in parts:
         ids = x["ids"].numpy()
-        if "ids_resets" in x:  # packed: each segment starts with a reset
-            firsts = ids[x["ids_resets"].numpy() > 0]
+        if "ids_resets" in x:  # packed: each segment starts with a reset (dummy rows: weight 0)
+            firsts = ids[(x["ids_resets"].numpy() > 0) & (weights.numpy() > 0)]
         else:
             firsts = ids[weights.numpy().reshape(ids.shape[0], -1).max(axis=1) > 0, 0]
         found += [int(vocab_tokens[t][1:]) for t in firsts.tolist()]
@@ -101,74 +101,66 @@ def test_bounded_data_state_and_an_exact_mid_epoch_resume(tmp_path, batching):
 
 # ----------------------------------------------------------------------------- replicas
 
-def elastic_child(out_path, tmp_dir, batching):
-    """In a child process with 4 logical CPUs: a 2-replica epoch, then 2 -> 4 and 4 -> 2
-    resumes at the same global budget; writes each run's per-step example ids."""
-    import tensorflow as tf
-
+def elastic_child(out_path, corpus, model_dir, batching, replicas, max_steps):
+    """One run on ``replicas`` logical CPUs (its own process, as a user's), at a global budget
+    of 192 cells: writes its steps' example ids."""
     import tfseq
 
-    tfseq.mirrored_strategy(4)  # 4 logical CPUs; each run takes the first 2 or all 4
+    strategy = tfseq.mirrored_strategy(replicas)
     from tfseq.pipelines import classify, runs
     from tfseq.training import ReplicaTrainer
 
-    corpus = write_corpus(__import__("pathlib").Path(tmp_dir) / "sorted.tsv", lines=600)
     task = classify.TASK
-    global_budget = 192
-
-    def run(model_dir, replicas, max_steps=None):
-        strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
-        config = classify.Config(train_files=(corpus,), columns=("label", "text"),
-                                 eval_percent=0, min_count=1, batching=batching,
-                                 max_tokens=global_budget // replicas, max_length=12,
-                                 block_length=(8, 16), max_segments=8,
-                                 shuffle_shard_bytes=4096)
-        model_config = task.model_config(embedding_dim=4, hidden_dim=4)
-        opened = runs.open_run(model_dir, task, config, model_config=model_config,
-                               replicas=replicas)
-        counter = tfseq.DropCounter("train")
-        stream = task.training_stream(config, opened.state, counter, opened.shards,
-                                      replicas=replicas, parts=True)
-        with strategy.scope():
-            keras.utils.set_random_seed(0)
-            model = task.build_model(config, opened.state, model_config)
-        steps = []
-        tokens = opened.state.vocab.tokens
-        trainer = ReplicaTrainer(model, strategy, stream, model_dir=model_dir,
-                                 checkpoint_every=2,
-                                 on_batch=lambda parts: steps.append(
-                                     sorted(example_ids(parts, tokens))))
-        trainer.restore()
-        result = trainer.fit(1, verbose=0, max_steps=max_steps)
-        return {"steps": steps, "done": result.steps_done, "interrupted": result.interrupted,
-                "lines_read": counter.seen()["lines_read"]}
-
-    out = {"full": run(os.path.join(tmp_dir, "full"), 2)}
-    for first, second in ((2, 4), (4, 2)):
-        model_dir = os.path.join(tmp_dir, f"{first}to{second}")
-        out[f"{first}to{second}"] = [run(model_dir, first, max_steps=3), run(model_dir, second)]
+    config = classify.Config(train_files=(corpus,), columns=("label", "text"), eval_percent=0,
+                             min_count=1, batching=batching, max_tokens=192 // replicas,
+                             max_length=12, block_length=(8, 16), max_segments=8,
+                             shuffle_shard_bytes=4096)
+    model_config = task.model_config(embedding_dim=4, hidden_dim=4)
+    opened = runs.open_run(model_dir, task, config, model_config=model_config,
+                           replicas=replicas)
+    counter = tfseq.DropCounter("train")
+    stream = task.training_stream(config, opened.state, counter, opened.shards,
+                                  replicas=replicas, parts=True)
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = task.build_model(config, opened.state, model_config)
+    steps = []
+    tokens = opened.state.vocab.tokens
+    trainer = ReplicaTrainer(model, strategy, stream, model_dir=model_dir, checkpoint_every=2,
+                             on_batch=lambda parts: steps.append(
+                                 sorted(example_ids(parts, tokens))))
+    trainer.restore()
+    result = trainer.fit(1, verbose=0, max_steps=max_steps)
     with open(out_path, "w") as f:
-        json.dump(out, f)
+        json.dump({"steps": steps, "done": result.steps_done,
+                   "interrupted": result.interrupted,
+                   "lines_read": counter.seen()["lines_read"]}, f)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("batching", ["bucket", "pack"])
+@pytest.mark.parametrize("batching, changes", [("bucket", [(2, 4), (4, 2)]),
+                                               ("pack", [(2, 4)])])
 def test_a_run_resumes_on_another_number_of_replicas_at_the_same_global_budget(
-        tmp_path, batching):
-    out = tmp_path / "out.json"
+        tmp_path, batching, changes):
+    corpus = write_corpus(tmp_path / "sorted.tsv", lines=600)
     env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    subprocess.run([sys.executable, os.path.abspath(__file__), "elastic", str(out),
-                    str(tmp_path), batching], env=env, check=True, timeout=900,
-                   stdout=subprocess.DEVNULL)
-    got = json.loads(out.read_text())
-    full = got["full"]["steps"]
-    assert sorted(i for step in full for i in step) == list(range(600))
-    for name in ("2to4", "4to2"):
-        first, second = got[name]
-        assert first["interrupted"] and first["done"] == 3 and not second["interrupted"]
+
+    def run(name, replicas, max_steps=0):
+        out = tmp_path / f"{name}-{replicas}.json"
+        subprocess.run([sys.executable, os.path.abspath(__file__), "elastic", str(out), corpus,
+                        str(tmp_path / name), batching, str(replicas), str(max_steps)],
+                       env=env, check=True, timeout=600, stdout=subprocess.DEVNULL)
+        return json.loads(out.read_text())
+
+    full = run("full", 2)
+    assert sorted(i for step in full["steps"] for i in step) == list(range(600))
+    for first, second in changes:
+        name = f"{first}to{second}"
+        cut, rest = run(name, first, max_steps=3), run(name, second)
+        assert cut["interrupted"] and cut["done"] == 3 and not rest["interrupted"]
         # Every global step holds the examples of the uninterrupted run's step.
-        assert first["steps"] + second["steps"] == full, name
-        assert second["lines_read"] == 600, name  # the counts came back with the checkpoint
+        assert cut["steps"] + rest["steps"] == full["steps"], name
+        assert rest["lines_read"] == 600, name  # the counts came back with the checkpoint
 
 
 # ----------------------------------------------------------------------------- the binary
@@ -304,4 +296,4 @@ def test_report_has_one_schema_single_replicated_and_two_workers(tmp_path):
 
 if __name__ == "__main__":
     if sys.argv[1] == "elastic":
-        elastic_child(sys.argv[2], sys.argv[3], sys.argv[4])
+        elastic_child(*sys.argv[2:6], int(sys.argv[6]), int(sys.argv[7]) or None)

@@ -13,11 +13,15 @@ vocabulary learner): a line every ``every`` seconds with the time spent. Lines g
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from typing import Callable, Iterator
 
 Write = Callable[[str], None]
+# Seconds between lines; the environment variable TFSEQ_PROGRESS_SECONDS overrides it (tests
+# set 0 to see every line on a tiny input).
+EVERY = float(os.environ.get("TFSEQ_PROGRESS_SECONDS", 2.0))
 
 
 def _duration(seconds: float) -> str:
@@ -39,11 +43,11 @@ class Progress:
     """
 
     def __init__(self, what: str, write: Write | None, *, total_bytes: float | None = None,
-                 every: float = 2.0):
+                 every: float | None = None):
         self.what = what
         self.write = write
         self.total_bytes = total_bytes
-        self.every = every
+        self.every = EVERY if every is None else every
         self.start = time.perf_counter()
         self.last = self.start
         self.count = 0
@@ -61,10 +65,10 @@ class Progress:
             self._emit(now, final=False)
 
     def finish(self) -> float:
-        """Writes the closing line (if the phase took a second or more, or wrote a line
-        already); returns the phase's seconds."""
+        """Writes the closing line (if the phase took ``every`` seconds or more, or wrote a
+        line already); returns the phase's seconds."""
         now = time.perf_counter()
-        if self.write is not None and (self.lines_written or now - self.start >= 1.0):
+        if self.write is not None and (self.lines_written or now - self.start >= self.every):
             self._emit(now, final=True)
         return now - self.start
 
@@ -90,12 +94,13 @@ class Progress:
 
 
 @contextlib.contextmanager
-def heartbeat(what: str, write: Write | None, *, every: float = 5.0) -> Iterator[None]:
+def heartbeat(what: str, write: Write | None, *, every: float | None = None) -> Iterator[None]:
     """Writes ``"<what>: 12 s so far"`` every ``every`` seconds while the block runs (from a
     daemon thread), then ``"<what>: done in 31 s"``."""
     if write is None:
         yield
         return
+    every = max(EVERY, 0.1) if every is None else every
     start = time.perf_counter()
     stop = threading.Event()
 

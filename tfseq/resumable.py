@@ -52,7 +52,6 @@ from tfseq._pools import PoolLists
 from tfseq.stats import CountTape, DropCounter, batch_counts, sequence_names
 
 GZIP_RATIO = 4             # gzip input counts this many times its size for K
-_GATHER = 1 << 16          # read batches gathered into one tensor per step
 SPILL_READ_BATCH = 8192    # records per batch while spilling
 
 
@@ -148,8 +147,9 @@ class RecordShards:
         else:
             batches = tf.data.TFRecordDataset(tf.gather(tf.constant(self.paths), shard_id)).map(
                 lambda r: tf.ensure_shape(tf.io.parse_tensor(r, tf.string), [None]))
-        chunks = batches.ragged_batch(_GATHER).map(lambda rows: rows.flat_values)
-        return chunks.reduce(tf.zeros([0], tf.string), lambda a, b: tf.concat([a, b], 0))
+        # Appended to a TensorList (amortized O(1) per batch), concatenated once.
+        lists = PoolLists(tf.TensorSpec([None], tf.string))
+        return lists.concat(batches.reduce(lists.empty(), lists.push))
 
     def epoch_batches(self, epoch, start_shard, start_offset, batch_size: int) -> tf.data.Dataset:
         """The records of epoch ``epoch`` from ``(start_shard, start_offset)`` on.
