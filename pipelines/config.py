@@ -75,6 +75,20 @@ class TextConfig:
                              f"{list(self.boundaries)}")
 
 
+@dataclasses.dataclass(frozen=True)
+class GenerativeConfig(TextConfig):
+    """``TextConfig`` with the defaults of the tasks that generate tokens (lm, translate):
+    a sample of the embedded corpus, a smaller vocabulary, padded batches, long lines
+    dropped."""
+
+    max_lines: int = 6000                  # embedded corpus: the first N lines (0: all)
+    long_examples: str = "drop"
+    max_vocab: int = 3000                  # per vocabulary
+    batching: str = "pad"
+    batch_size: int = 32
+    eval_percent: int = 5
+
+
 def batching_of(config: TextConfig, *, longest: int, aligned=(), pack_split: bool = False,
                 block_length=None) -> Batching:
     """The ``Batching`` a config asks for. ``longest``: the longest example the task's

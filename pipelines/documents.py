@@ -41,6 +41,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 import tfseq
+from tfseq import formats
 from tfseq._common import check_positive_int
 from tfseq.corpus import BOOK_TO_SECTION, SECTION_NAMES
 from tfseq.reading import resolve_files, verify_gzip
@@ -235,17 +236,13 @@ def labelled_documents(config: Config, counter: tfseq.DropCounter) -> tf.data.Da
         "unknown_label": (d["label"] < 0) | (tf.size(d["sentences"]) == 0)}))
 
 
-def _in_eval(key, eval_percent):
-    return tf.strings.to_hash_bucket_fast(key, 100) < eval_percent
-
-
 def split_documents(config: Config, split: str, counter: tfseq.DropCounter) -> tf.data.Dataset:
     """The labelled documents of one split (a stable hash of the key decides), counted."""
     docs = labelled_documents(config, counter)
     counter.register("other_split")
     want_eval = split == "eval"
     return docs.filter(lambda d: counter.keep_if({
-        "other_split": tf.not_equal(_in_eval(d["key"], config.eval_percent), want_eval)}))
+        "other_split": tf.not_equal(formats.in_eval_split(d["key"], config.eval_percent), want_eval)}))
 
 
 def encode(vocab: tfseq.Vocab, *, lowercase: bool = True, tokenizer=None):

@@ -24,25 +24,19 @@ import dataclasses
 from tfseq import serving
 from tfseq.model_inputs import ModelFeatures
 from tfseq.pipelines import verses
-from tfseq.pipelines.config import TextConfig
+from tfseq.pipelines.config import GenerativeConfig
 from tfseq.pipelines.spine import TextTask, limit_lengths, token_ids
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(TextConfig):
-    """``TextConfig`` with language modelling's defaults, and the corpus to read."""
+class Config(GenerativeConfig):
+    """``GenerativeConfig`` with language modelling's lengths, and the corpus to read."""
 
     corpus: str = "kjv_en"                 # the embedded corpus' side: kjv_en or rv1909_es
-    max_lines: int = 6000                  # embedded corpus: the first N lines (0: all)
-    long_examples: str = "drop"
-    max_vocab: int = 3000
     max_length: int = 48                   # words per line, not counting <s> and </s>
-    batching: str = "pad"
-    batch_size: int = 32
     # ~950-1,010 real tokens per bucket or pack step, about the 871 of the default pad batch
     # (32 rows x ~45 padded): see docs/benchmarks.md, time to accuracy.
     max_tokens: int = 1024
-    eval_percent: int = 5
 
 
 class LanguageModelling(TextTask):

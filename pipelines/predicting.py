@@ -67,12 +67,10 @@ def input_format(info: dict, files, fmt: str | None, columns, header: bool) -> f
       ValueError: a format predict cannot read, or columns without the input field.
     """
     field = info.get("input", "text")
-    names = [str(f) for f in files]
-    fmt = fmt or ("tsv" if all(n.endswith((".tsv", ".tsv.gz")) for n in names) else
-                  "csv" if all(n.endswith((".csv", ".csv.gz")) for n in names) else "text")
-    if fmt not in ("text", "tsv", "csv"):
-        raise ValueError(f"Unknown format {fmt!r}; expected one of text, tsv, csv (one input "
-                         "per line)")
+    fmt = formats.infer_format([str(f) for f in files], fmt)
+    if fmt not in formats.LINE_FORMATS:
+        raise ValueError(f"--format={fmt}: predict reads one input per line, in one of "
+                         f"{formats.LINE_FORMATS}")
     if fmt == "text":
         return formats.RowFormat("text", ("text",), header)
     trained = info.get("columns") if info.get("format") in (None, fmt) else None

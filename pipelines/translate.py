@@ -38,24 +38,18 @@ import dataclasses
 from tfseq import serving
 from tfseq.model_inputs import ModelFeatures
 from tfseq.pipelines import sources, verses
-from tfseq.pipelines.config import TextConfig
+from tfseq.pipelines.config import GenerativeConfig
 from tfseq.pipelines.spine import TextTask, limit_lengths, token_ids
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(TextConfig):
-    """``TextConfig`` with translation's defaults, and the two aligned files."""
+class Config(GenerativeConfig):
+    """``GenerativeConfig`` with translation's lengths, and the two aligned files."""
 
     source_files: tuple[str, ...] = ()     # plain text, line-aligned with target_files
     target_files: tuple[str, ...] = ()     # (both empty, no train_files: the verse corpus)
-    max_lines: int = 6000                  # embedded corpus: the first N pairs (0: all)
-    long_examples: str = "drop"
-    max_vocab: int = 3000                  # per language
     max_length: int = 40                   # words per side, not counting <s> and </s>
-    batching: str = "pad"
-    batch_size: int = 32
     block_length: int | tuple[int, ...] = 64
-    eval_percent: int = 5
 
 
 class Translate(TextTask):

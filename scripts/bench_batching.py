@@ -41,6 +41,7 @@ import tensorflow_text as tf_text  # noqa: E402
 
 import tfseq  # noqa: E402
 from tfseq.bucketing import bucket_by_length  # noqa: E402
+from tfseq.formats import LINE_FORMATS  # noqa: E402
 
 DEFAULT_CORPUS = os.path.join(os.path.dirname(tfseq.__file__), "data", "kjv_en.tsv.gz")
 
@@ -57,7 +58,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("files", [DEFAULT_CORPUS], "Text files (gzip if they end in .gz).")
 flags.DEFINE_list("train_files", [], "Your files, as train.py (their 'text' column; "
                   "overrides --files/--field).")
-flags.DEFINE_enum("format", None, ["tsv", "csv", "text"],
+flags.DEFINE_enum("format", None, list(LINE_FORMATS),
                   "With --train_files (default: from the extension).")
 flags.DEFINE_list("columns", [], "With --train_files: field names in order, one 'text'.")
 flags.DEFINE_boolean("header", False, "With --train_files: skip each file's first line.")

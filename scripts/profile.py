@@ -28,10 +28,12 @@ if __name__ == "__main__":  # python scripts/profile.py, from a checkout
 
 from absl import app, flags  # noqa: E402
 
+from tfseq.formats import LINE_FORMATS  # noqa: E402
+
 FLAGS = flags.FLAGS
 flags.DEFINE_list("files", [], "Text files or globs (default: the embedded English corpus).")
 flags.DEFINE_list("train_files", [], "Your files (as train.py): the 'text' column is profiled.")
-flags.DEFINE_enum("format", None, ["tsv", "csv", "text"],
+flags.DEFINE_enum("format", None, list(LINE_FORMATS),
                   "With --train_files (default: from the extension).")
 flags.DEFINE_list("columns", [], "With --train_files: field names in order, one 'text'.")
 flags.DEFINE_boolean("header", False, "With --train_files: skip each file's first line.")

@@ -45,6 +45,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
+from tfseq.formats import FORMATS  # noqa: E402
 from tfseq.pipelines import tasks  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -57,7 +58,7 @@ flags.DEFINE_list("files", [], "Files in the embedded corpus' format (default: t
                   "corpus).")
 flags.DEFINE_list("train_files", [], "Your training files: comma-separated globs, .gz allowed.")
 flags.DEFINE_list("eval_files", [], "Your eval files (default: hold out --eval_percent).")
-flags.DEFINE_enum("format", None, ["tsv", "csv", "text", "conll"],
+flags.DEFINE_enum("format", None, list(FORMATS),
                   "File format (default: from the extension).")
 flags.DEFINE_list("columns", [], "Field names in order, e.g. label,text ('_' skips a field).")
 flags.DEFINE_boolean("header", False, "Skip the first line of every file.")

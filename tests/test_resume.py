@@ -37,10 +37,11 @@ def example_ids(batch, vocab_tokens):
     found = []
     for x, _, weights in parts:
         ids = x["ids"].numpy()
-        if "ids_resets" in x:  # packed: each segment starts with a reset (dummy rows: weight 0)
-            firsts = ids[(x["ids_resets"].numpy() > 0) & (weights.numpy() > 0)]
+        real = weights.numpy().reshape(ids.shape[0], -1).max(axis=1) > 0  # dummy rows: 0
+        if "ids_resets" in x:  # packed: each segment starts with a reset
+            firsts = ids[real][x["ids_resets"].numpy()[real] > 0]
         else:
-            firsts = ids[weights.numpy().reshape(ids.shape[0], -1).max(axis=1) > 0, 0]
+            firsts = ids[real, 0]
         found += [int(vocab_tokens[t][1:]) for t in firsts.tolist()]
     return found
 

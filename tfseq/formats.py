@@ -44,7 +44,8 @@ from tfseq._common import mark_last
 from tfseq.reading import resolve_files, text_lines, verify_gzip
 from tfseq.stats import DropCounter
 
-FORMATS = ("tsv", "csv", "text", "conll")
+LINE_FORMATS = ("tsv", "csv", "text")     # one record per line
+FORMATS = LINE_FORMATS + ("conll",)
 PAIR = "pair"  # records of two line-aligned files (``read_aligned``); not a --format
 TEXT_COLUMNS = ("text", "source", "target", "tokens", "token")
 READ_BATCH = 1024  # records per batch on the vectorized path (512: ~6-15% less throughput)

@@ -1,0 +1,103 @@
+"""The installable package: one top-level package (``tfseq``), the commands, and the task
+pipelines without repeated code."""
+
+import glob
+import io
+import os
+import re
+import subprocess
+import sys
+import tokenize
+import zipfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TASK_PIPELINES = ["classify", "lm", "translate", "tag", "documents", "ctr", "lm_tbptt"]
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_the_commands_and_only_the_tfseq_package(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                    str(tmp_path / "dist"), ROOT], check=True, timeout=600)
+    [wheel] = glob.glob(str(tmp_path / "dist" / "tfseq-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == {"tfseq"}
+    for module in ("tfseq/pipelines/classify.py", "tfseq/models/tagger.py",
+                   "tfseq/scripts/train.py", "tfseq/data/kjv_en.tsv.gz"):
+        assert module in names
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", wheel], check=True,
+                   timeout=1200)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+
+    def command(name, *args):
+        return subprocess.run([str(venv / "bin" / name), *args], cwd=empty, env=env,
+                              capture_output=True, text=True, timeout=900)
+
+    out = command("tfseq-train", "--task=classify", "--epochs=1", "--max_steps=30",
+                  f"--model_dir={empty / 'run'}", "--verbose=0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "interrupted: run the same command again to resume" in out.stdout
+    out = command("tfseq-export", f"--model_dir={empty / 'run'}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    (empty / "in.txt").write_text("In the beginning God created the heaven\n\nAmen\n")
+    out = command("tfseq-predict", f"--model_dir={empty / 'run'}", f"--files={empty / 'in.txt'}",
+                  f"--output={empty / 'out.txt'}", "--verbose=0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = (empty / "out.txt").read_text().split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""
+    assert lines[0].split("\t")[0] in ("Law", "History", "Wisdom", "Prophets",
+                                       "Gospels and Acts", "Epistles", "Revelation")
+    for name in ("tfseq-profile", "tfseq-data-service"):
+        out = command(name, "--helpshort")
+        assert out.returncode == 0, (name, out.stderr[-2000:])
+    for package in ("models", "pipelines", "scripts"):
+        out = subprocess.run([str(venv / "bin" / "python"), "-c", f"import {package}"],
+                             cwd=empty, env=env, capture_output=True, text=True)
+        assert out.returncode != 0 and "ModuleNotFoundError" in out.stderr, package
+
+
+def code_lines(path):
+    """The lines of code of ``path``, each reduced to its shape: whitespace dropped, strings
+    and numbers replaced by placeholders; docstrings, comments and imports left out."""
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    lines: dict[int, list[str]] = {}
+    previous = None
+    for token in tokens:
+        kind, text = token.type, token.string
+        if kind in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+                    tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER):
+            previous = kind if kind in (tokenize.NEWLINE, tokenize.INDENT,
+                                        tokenize.DEDENT) else previous
+            continue
+        if kind == tokenize.STRING and previous in (None, tokenize.NEWLINE, tokenize.INDENT,
+                                                    tokenize.DEDENT):
+            continue  # a docstring (a string statement)
+        previous = kind
+        shape = {tokenize.STRING: "S", tokenize.NUMBER: "N"}.get(kind, text)
+        lines.setdefault(token.start[0], []).append(shape)
+    out = []
+    for number in sorted(lines):
+        line = " ".join(lines[number])
+        if not re.match(r"(from|import) ", line):
+            out.append(line)
+    return out
+
+
+def test_no_two_task_pipelines_share_a_block_of_six_lines():
+    windows = {}
+    for name in TASK_PIPELINES:
+        lines = code_lines(os.path.join(ROOT, "pipelines", f"{name}.py"))
+        for i in range(len(lines) - 5):
+            windows.setdefault(tuple(lines[i:i + 6]), set()).add(name)
+    shared = {block: files for block, files in windows.items() if len(files) > 1}
+    assert not shared, "\n\n".join(f"{sorted(files)}:\n" + "\n".join(block)
+                                   for block, files in shared.items())

@@ -1,0 +1,89 @@
+"""The task spine: config -> batching seam, the learned state's files, the run's settings and
+what a resume compares."""
+
+import dataclasses
+
+import pytest
+
+import tfseq
+from tfseq.batching import Batching
+from tfseq.formats import InputError
+from tfseq.pipelines import classify, lm, runs, tag, tasks, translate
+from tfseq.pipelines.state import TaskState
+
+
+def test_the_registry_gives_the_task_objects():
+    assert tasks.TASKS == ["classify", "lm", "tag", "translate", "ctr", "documents",
+                           "lm_tbptt"]
+    assert tasks.load("classify") is classify.TASK and tasks.load("tag") is tag.TASK
+    assert tasks.load("documents").Config.__module__ == "tfseq.pipelines.documents"
+    with pytest.raises(ValueError, match="Unknown task 'nope'; available: "):
+        tasks.load("nope")
+
+
+def test_each_task_asks_the_seam_for_its_batching():
+    assert classify.TASK.batching(classify.Config(batching="bucket", boundaries=(8, 16, 200))) \
+        == Batching("bucket", max_tokens=2048, max_length=128, block_length=(32, 64, 128),
+                    max_segments=32, boundaries=(8, 16))
+    # lm: one row length shorter than a line: lines are split across rows, targets aligned.
+    assert lm.TASK.batching(lm.Config(batching="pack", block_length=32)) == Batching(
+        "pack", batch_size=32, max_tokens=1024, max_length=49, block_length=32,
+        max_segments=32, long_examples="split", aligned=(("targets", "ids"),))
+    assert translate.TASK.batching(translate.Config(batching="pad")).batch_size == 32
+    assert tag.TASK.batching(tag.Config(batching="pack")).aligned == (("tags", "ids"),)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"batching": "pack", "block_length": (16, 32)},
+     "block_length=(16, 32): the longest row is shorter than an example may be (128 tokens)"),
+    ({"batching": "bucket", "max_tokens": 64},
+     "max_tokens=64 cannot hold one example of 128 tokens"),
+    ({"batching": "sorted"}, "Unknown batching 'sorted'"),
+    ({"long_examples": "cut"}, "long_examples must be one of ('truncate', 'drop')"),
+    ({"boundaries": (16, 8)}, "boundaries must be ascending positive ints; received [16, 8]"),
+])
+def test_a_config_no_run_can_use_is_named(change, message):
+    config = dataclasses.replace(classify.Config(), **change)
+    with pytest.raises(InputError) as error:
+        config.check()
+        classify.TASK.batching(config)
+    assert message in str(error.value)
+
+
+def test_the_learned_state_round_trips_through_the_run_directory(tmp_path):
+    vocab = tfseq.Vocab(list(tfseq.text.RESERVED) + ["a", "b"])
+    state = TaskState({"source": vocab, "target": vocab}, {"tags": ("B-X", "O")})
+    assert sorted(state.save(str(tmp_path))) == ["source_vocab.txt", "tags.txt",
+                                                 "target_vocab.txt"]
+    assert (tmp_path / "tags.txt").read_text() == "B-X\nO\n"
+    loaded = TaskState.load(str(tmp_path), ["source", "target"], ["tags"])
+    assert loaded.labels == {"tags": ("B-X", "O")}
+    assert loaded.vocabs["target"].tokens == ["<pad>", "<unk>", "<s>", "</s>", "a", "b"]
+    with pytest.raises(FileNotFoundError, match="No vocab.txt"):
+        TaskState.load(str(tmp_path), ["vocab"], [])
+
+
+def test_a_resume_compares_the_global_budget_and_names_every_change(tmp_path):
+    corpus = tmp_path / "c.tsv"
+    corpus.write_text("a\tx y\nb\tz\n")
+    task = classify.TASK
+    config = classify.Config(train_files=(str(corpus),), max_tokens=2048)
+    model_config = task.model_config()
+    saved = runs.settings(task, config, model_config=model_config, replicas=2, workers=1)
+    assert saved["global_budget"] == {"max_tokens": 4096}
+    assert saved["input"][0]["bytes"] == 10
+    # 4 replicas x 1024 cells: the same global budget, the same run.
+    same = runs.settings(task, dataclasses.replace(config, max_tokens=1024),
+                         model_config=model_config, replicas=4, workers=1)
+    assert runs.compare(saved, same) == []
+    changed = runs.settings(task, dataclasses.replace(config, seed=1, max_length=64),
+                            model_config=task.model_config(hidden_dim=8), replicas=1,
+                            workers=1)
+    corpus.write_text("a\tx y\nb\tw\n")  # same size, other content
+    changed["input"] = runs.settings(task, config, model_config=model_config, replicas=1,
+                                     workers=1)["input"]
+    assert runs.compare(saved, changed) == [
+        runs.Change("config.max_length", 128, 64), runs.Change("config.seed", 0, 1),
+        runs.Change("global_budget.max_tokens", 4096, 2048),
+        runs.Change("model.hidden_dim", 64, 8),
+        runs.Change("input", str(corpus), "content changed, same size")]
