@@ -85,7 +85,9 @@ class TextTask:
       columns: the columns its rows need; ``allowed_columns`` the ones it accepts.
       text_columns: columns checked as text lines (``tfseq.filter_lines``' reasons).
       vocab_columns: ``{vocabulary name: columns it learns from}``.
-      label_columns: columns whose values are discovered into label sets (ids in ``encode``).
+      label_columns: columns whose values are discovered into label sets; ``encode_fn`` turns
+        each into an int32 id (index in the set; -1: ``unknown_label``), except the
+        ``token_label_columns`` (one label per token), which ``encode_rows`` looks up.
       features: the ``ModelFeatures`` of its model.
       aligned: ``Batching.aligned``: per-token targets packed with their input.
       pack_split: long examples are split across packed rows of one length (lm).
@@ -100,6 +102,7 @@ class TextTask:
     text_columns: ClassVar[tuple[str, ...]] = ("text",)
     vocab_columns: ClassVar[dict[str, tuple[str, ...]]] = {"vocab": ("text",)}
     label_columns: ClassVar[tuple[str, ...]] = ()
+    token_label_columns: ClassVar[tuple[str, ...]] = ()
     features: ClassVar[ModelFeatures]
     aligned: ClassVar[tuple[tuple[str, str], ...]] = ()
     pack_split: ClassVar[bool] = False
@@ -183,8 +186,6 @@ class TextTask:
             return self.encode_rows(config, state, rows, counter)
 
         return encode
-
-    token_label_columns: ClassVar[tuple[str, ...]] = ()
 
     def batching(self, config) -> Batching:
         return batching_of(config, longest=self.longest(config), aligned=self.aligned,

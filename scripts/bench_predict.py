@@ -7,7 +7,7 @@ Usage:
 Writes a corpus with skewed line lengths (log-normal word counts, median ``--median_words``,
 capped at the model's ``max_length``), exports a classifier over it (``scripts/export.py``'s
 ``export_run``; weights are untrained, which does not change the cost of a forward pass) and
-runs ``scripts/predict.py``'s ``predict_files`` twice on the same export:
+runs ``tfseq.pipelines.predicting.predict_files`` (tfseq-predict) twice on the same export:
 
 - ``bucket``: ``tfseq.bucket_by_length`` under ``--max_tokens`` cells per batch, input order
   restored by ``tfseq.predict_in_order``;
@@ -62,10 +62,10 @@ def main(argv):
     import tensorflow as tf
 
     import tfseq
-    from tfseq.models import classifier
     from tfseq.pipelines import classify
-    from scripts.export import export_run
-    from scripts.predict import predict_files
+    from tfseq.pipelines.exporting import export_run
+    from tfseq.pipelines.predicting import predict_files
+    from tfseq.pipelines.state import TaskState
 
     tf.get_logger().setLevel("ERROR")
     work = tempfile.mkdtemp(prefix="bench_predict_")
@@ -73,10 +73,10 @@ def main(argv):
     counts = write_corpus(corpus, FLAGS.lines, FLAGS.median_words, FLAGS.sigma, FLAGS.seed)
     config = classify.Config(max_length=FLAGS.max_length)
     vocab = tfseq.Vocab.build(corpus, min_count=1)
-    info = {"vocab": vocab, "num_classes": 7, "class_names": [f"c{i}" for i in range(7)]}
+    state = TaskState({"vocab": vocab}, {"label": tuple(f"c{i}" for i in range(7))})
     tf.keras.utils.set_random_seed(FLAGS.seed)
-    model = classifier.build_model(config, info)
-    export_run(os.path.join(work, "run"), "classify", config, model, info)
+    model = classify.TASK.build_model(config, state)
+    export_run(os.path.join(work, "run"), classify.TASK, config, state, model)
 
     results, outputs = {}, {}
     for _ in range(FLAGS.repeats):
@@ -84,7 +84,7 @@ def main(argv):
             output = os.path.join(work, f"out_{batching}.txt")
             report = predict_files(os.path.join(work, "run"), [corpus], output,
                                    max_tokens=FLAGS.max_tokens, batching=batching,
-                                   pool_size=FLAGS.pool_size, verbose=0)
+                                   pool_size=FLAGS.pool_size)
             with open(output) as f:
                 outputs[batching] = [line.split("\t") for line in f.read().splitlines()]
             if batching in results and results[batching]["seconds"] <= report["seconds"]:

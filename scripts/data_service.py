@@ -110,7 +110,8 @@ def main(argv):
 
 def run():
     """The ``tfseq-data-service`` command."""
-    app.run(main)
+    from tfseq.scripts import run_command
+    run_command(__name__, main)
 
 
 if __name__ == "__main__":

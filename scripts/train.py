@@ -245,7 +245,7 @@ def fail(message: str) -> None:
 
 def make_report(*, task_name, config, mode, replicas, workers, learning_rate, result, stats,
                 counters, eval_results, baselines, setup, data_state_bytes,
-                drop_examples, first_step_seconds=None) -> dict:
+                drop_examples, first_step_seconds=None, timings=None) -> dict:
     """``report.json``: the same keys and shapes in every mode (single, replicated,
     multi_worker, data_service)."""
     seconds = result.train_seconds
@@ -264,7 +264,17 @@ def make_report(*, task_name, config, mode, replicas, workers, learning_rate, re
         "setup": {"passes": setup.passes, "records": setup.records, "seconds": setup.seconds,
                   "first_step_seconds": first_step_seconds},
         "data_state_bytes": data_state_bytes,
+        "checkpoints": checkpoint_timings(timings),
     }
+
+
+def checkpoint_timings(timings) -> dict:
+    """The trainer's checkpoint timings for the report (the same keys in every mode)."""
+    timings = timings or {"save": [], "restore": None, "first_batch": None}
+    saves = timings["save"]
+    return {"saved": len(saves), "save_seconds": sum(saves) / len(saves) if saves else None,
+            "restore_seconds": timings["restore"],
+            "first_batch_after_restore_seconds": timings["first_batch"]}
 
 
 def format_report(report: dict) -> str:
@@ -470,6 +480,7 @@ def train_text(task, config) -> None:
         learning_rate=float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
         result=result, stats=stats, counters=counters, eval_results=eval_results,
         baselines=baselines, setup=run.setup, first_step_seconds=first_step.get("seconds"),
+        timings=trainer.timings,
         data_state_bytes=data_state_bytes(checkpoints[0]) if checkpoints else 0,
         drop_examples=drop_examples_of(task, config, counters))
     if not chief:
@@ -587,7 +598,7 @@ def train_own(task, config) -> None:
         task_name=FLAGS.task, config=config, mode="single", replicas=1, workers=1,
         learning_rate=float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
         result=result, stats=stats, counters=counters, eval_results=eval_results,
-        baselines={}, setup=PassReport(),
+        baselines={}, setup=PassReport(), timings=trainer.timings,
         data_state_bytes=data_state_bytes(checkpoints[0]) if checkpoints else 0,
         drop_examples=[])
     write_report(os.path.join(FLAGS.model_dir, "report.json"), report)
@@ -617,7 +628,8 @@ def main(argv):
 
 def run():
     """The ``tfseq-train`` command."""
-    app.run(main)
+    from tfseq.scripts import run_command
+    run_command(__name__, main)
 
 
 if __name__ == "__main__":

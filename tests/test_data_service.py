@@ -266,3 +266,31 @@ def test_dispatcher_restarted_with_its_work_dir_keeps_the_epoch(tmp_path):
         stop(processes)
     assert len(got) == len(set(got))  # nothing repeated
     print(f"dispatcher restart: lost {20000 - len(got)} of 20000")
+
+
+def test_train_binary_on_the_service_writes_the_report_of_every_mode(service, tmp_path):
+    """``tfseq-train --num_replicas=2 --data_service=...``: model.fit on the service's split
+    batches; the same report schema as the other modes, real tokens/s measured."""
+    import json
+
+    address, _ = service
+    books = ["Gen", "Ps", "Isa", "Matt", "Rom", "Rev", "Josh"]
+    (tmp_path / "tiny.tsv").write_text("".join(
+        f"{books[i % 7]}\t{i // 30 + 1}\t{i % 30 + 1}\t"
+        + " ".join(f"{books[i % 7].lower()}{j % 5}" for j in range(i % 9 + 2)) + "\n"
+        for i in range(280)))
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "train.py"),
+         f"--files={tmp_path / 'tiny.tsv'}", "--num_replicas=2", f"--data_service={address}",
+         "--epochs=1", "--max_tokens=64", "--max_length=16", f"--model_dir={run}",
+         "--verbose=0", "--export=false"],
+        capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((run / "report.json").read_text())
+    assert (report["mode"], report["replicas"], report["data_service"]) == (
+        "data_service", 2, address)
+    assert isinstance(report["history"], list) and report["history"][0]["epoch"] == 1
+    assert report["real_tokens_per_second"] > 0 and 0 < report["padding_efficiency"] <= 1
+    assert 0.0 <= report["eval"]["accuracy"] <= 1.0

@@ -38,11 +38,13 @@ from tfseq.reading import text_lines
 from tfseq import shuffling
 from tfseq.text import Vocab, tokenize
 from tfseq.filtering import filter_by_length, filter_lines
-from tfseq.batching import pad_batch
+from tfseq.batching import Batching, pad_batch  # Batching: the pad | bucket | pack seam
 from tfseq._common import pipeline_options, unbatch
 from tfseq.stats import BatchStats, DropCounter, default_counter, step_efficiency
 from tfseq.corpus import corpus_path
-from tfseq import formats  # user files: tsv / csv / text rows with named columns
+from tfseq import formats  # user files: tsv / csv / text / conll rows with named columns
+from tfseq.sampling import Reservoir
+from tfseq.model_inputs import ModelFeatures
 from tfseq.pipeline import training_pipeline
 
 # --- bucketing
@@ -57,7 +59,11 @@ from tfseq.packed_targets import lm_targets, packed_weights
 from tfseq import distribute
 from tfseq.distribute import GlobalWeightedLoss, global_weighted_mean, replica_dataset_fn
 from tfseq.distribute import mirrored_strategy, to_replicas, use_data_service
-from tfseq.splitting import prefetch_to_device, split_batch
+from tfseq.splitting import prefetch_to_device, split, split_batch
+
+# --- resumable training input and the training loop
+from tfseq.resumable import RecordShards, ResumableStream
+from tfseq import training
 
 # --- tbptt
 from tfseq.tbptt import assert_chunks_in_order, tbptt_chunks, tbptt_stream

@@ -126,7 +126,7 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
         one file instead of single lines (files are then interleaved batch by batch). Every
         vectorized stage (``filter_lines``, ``tokenize``) keeps the batches, and
         ``bucket_by_length``/``pack`` take them whole: the fast path, with no tf.data call per
-        line (see "Input pipeline throughput" in the README).
+        line (see "Input pipeline throughput" in docs/benchmarks.md).
       header: skip the first line of every file (a header row).
       shuffle_lines: a global line shuffle, every epoch a new order (the same for the same
         ``seed``), every line exactly once, checkpointable iterators: batches from a sorted

@@ -47,7 +47,7 @@ from typing import Any, Callable, Mapping
 
 import tensorflow as tf
 
-from tfseq._common import batch_lengths, example_keys
+from tfseq._common import batch_lengths, example_keys, pipeline_options
 from tfseq._pools import PoolLists
 from tfseq.stats import CountTape, DropCounter, batch_counts, sequence_names
 
@@ -297,7 +297,8 @@ class ResumableStream:
             start = start.map(lambda _: (tf.cast(epoch.read_value(), tf.int64),
                                          self.shard.read_value(), self.offset.read_value(),
                                          self.batches.read_value()))
-        return start.flat_map(self._epoch)
+        return (start.flat_map(self._epoch).prefetch(tf.data.AUTOTUNE)
+                .with_options(pipeline_options()))
 
     def _epoch(self, epoch, start_shard, start_offset, skip):
         records = self.shards.epoch_batches(epoch, start_shard, start_offset, self.read_batch)

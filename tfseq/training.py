@@ -147,6 +147,9 @@ class Trainer:
         self._iterator = None
         self._manager = None
         self._taken = None  # the meta of the stream batch being trained on
+        # Seconds spent writing each checkpoint, restoring, and waiting for the first batch
+        # after a restore (rebuilding the input's position).
+        self.timings = {"save": [], "restore": None, "first_batch": None}
 
     # -- checkpoints ---------------------------------------------------------------------
     @property
@@ -181,7 +184,9 @@ class Trainer:
             with open(os.path.join(self.checkpoint_dir, f"ckpt-{step}.index"), "wb") as f:
                 f.write(b"\x00" * 7)
         _fault_point("mid_save", step)
+        start = time.perf_counter()
         path = self._manager.save(checkpoint_number=step)
+        self.timings["save"].append(time.perf_counter() - start)
         _fault_point("after_save", step)
         logging.info("Saved checkpoint %s (epoch %d, step %d in epoch)", path,
                      int(self.epoch.numpy()), int(self.step_in_epoch.numpy()))
@@ -192,6 +197,7 @@ class Trainer:
         it did. A checkpoint that cannot be read (a write cut short) is skipped with a warning
         naming it, and the one before it is used."""
         candidates = checkpoints_newest_first(self.checkpoint_dir) if self.checkpoint_dir else []
+        start = time.perf_counter()
         for path in candidates:
             try:
                 # The epoch counter first: a dataset's iterator slot is the right epoch's.
@@ -207,6 +213,8 @@ class Trainer:
                 continue
             logging.info("Resumed from %s at epoch %d, step %d in epoch", path,
                          int(self.epoch.numpy()), int(self.step_in_epoch.numpy()))
+            self.timings["restore"] = time.perf_counter() - start
+            self._awaiting_first = time.perf_counter()
             return True
         self.epoch.assign(0)
         self._new_epoch_iterator()
@@ -286,6 +294,9 @@ class Trainer:
                         batch = self._next_batch()
                     except StopIteration:
                         break
+                    if getattr(self, "_awaiting_first", None) is not None:
+                        self.timings["first_batch"] = time.perf_counter() - self._awaiting_first
+                        self._awaiting_first = None
                     if self.on_batch:
                         self.on_batch(batch)
                     logs = means.add(self._train_step(batch), self._batch_weight(batch))
