@@ -29,7 +29,7 @@ at every step, next to the target embedding (Cho et al., 2014). It conditions th
 recurrence on the source from the first step, in every batching mode.
 
 Source pads never reach the outputs and the loss is averaged over real target tokens (weights 0
-on padding). ``greedy_decode`` and the export (``scripts/export.py``) use ``encode`` and
+on padding). ``greedy_decode`` and the export (``tfseq-export``) use ``encode`` and
 ``decode_step``, the same layers one step at a time.
 """
 

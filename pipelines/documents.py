@@ -242,7 +242,8 @@ def split_documents(config: Config, split: str, counter: tfseq.DropCounter) -> t
     counter.register("other_split")
     want_eval = split == "eval"
     return docs.filter(lambda d: counter.keep_if({
-        "other_split": tf.not_equal(formats.in_eval_split(d["key"], config.eval_percent), want_eval)}))
+        "other_split": tf.not_equal(formats.in_eval_split(d["key"], config.eval_percent),
+                                    want_eval)}))
 
 
 def encode(vocab: tfseq.Vocab, *, lowercase: bool = True, tokenizer=None):

@@ -40,7 +40,6 @@ import tensorflow as tf
 
 import tfseq
 from tfseq import formats
-from tfseq.pipelines import verses
 from tfseq._common import identity
 from tfseq.tbptt import CHUNK_INDEX, RESETS, tbptt_chunks, tbptt_stream
 

@@ -5,9 +5,10 @@ Usage:
   python scripts/bench_predict.py --lines=50000 --max_tokens=16384
 
 Writes a corpus with skewed line lengths (log-normal word counts, median ``--median_words``,
-capped at the model's ``max_length``), exports a classifier over it (``scripts/export.py``'s
-``export_run``; weights are untrained, which does not change the cost of a forward pass) and
-runs ``tfseq.pipelines.predicting.predict_files`` (tfseq-predict) twice on the same export:
+capped at the model's ``max_length``), exports a classifier over it
+(``tfseq.pipelines.exporting.export_run``; weights are untrained, which does not change the
+cost of a forward pass) and runs ``tfseq.pipelines.predicting.predict_files`` (tfseq-predict)
+twice on the same export:
 
 - ``bucket``: ``tfseq.bucket_by_length`` under ``--max_tokens`` cells per batch, input order
   restored by ``tfseq.predict_in_order``;

@@ -34,7 +34,10 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags, logging
+if __name__ == "__main__":  # python scripts/data_service.py, from a checkout
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import flags, logging  # noqa: E402
 
 TRUST_MODEL = (
     "The tf.data service is UNAUTHENTICATED and UNENCRYPTED and listens on every interface "

@@ -223,14 +223,16 @@ def changed_run_message(error) -> str:
         if change.setting == "workers":
             flag = "the number of workers (TF_CONFIG)"
         lines.append(f"  {flag}: saved {change.saved!r}, now {change.new!r}")
-    lines.append(f"Resume with the saved flags: --flagfile={os.path.join(error.model_dir, 'flags.txt')} "
+    flagfile = os.path.join(error.model_dir, "flags.txt")
+    lines.append(f"Resume with the saved flags: --flagfile={flagfile} "
                  "(--num_replicas may change if --max_tokens keeps their product); or start a "
                  "new run with another --model_dir.")
     if any(c.setting == "input" for c in error.changes):
         vocab = [n for n in os.listdir(error.model_dir) if n.startswith(("vocab.", "source_vocab"))]
         if vocab:
             lines.append("To train on the changed files with this run's vocabulary, start a new "
-                         f"run with --model_dir=NEW --vocab={os.path.join(error.model_dir, vocab[0])}")
+                         "run with --model_dir=NEW "
+                         f"--vocab={os.path.join(error.model_dir, vocab[0])}")
     return "\n".join(lines)
 
 

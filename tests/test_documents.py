@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import tfseq
-from conftest import to_list, to_python
+from conftest import to_list
 from tfseq.models import hierarchical
 from tfseq.pipelines import documents
 

@@ -10,7 +10,6 @@ import sys
 import time
 
 import keras
-import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import tensorflow as tf
 

@@ -410,7 +410,8 @@ def _with_one_empty(batches):
 
     def append(x):
         if isinstance(x, tf.RaggedTensor):
-            empty = tf.RaggedTensor.from_row_lengths(x.values[:0], tf.zeros([1], x.row_splits.dtype))
+            empty = tf.RaggedTensor.from_row_lengths(x.values[:0],
+                                                     tf.zeros([1], x.row_splits.dtype))
             return tf.concat([x, empty], axis=0)
         return tf.concat([x, tf.zeros(tf.concat([[1], tf.shape(x)[1:]], 0), x.dtype)], axis=0)
 
