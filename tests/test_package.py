@@ -27,14 +27,18 @@ def test_the_wheel_installs_the_commands_and_only_the_tfseq_package(tmp_path):
                    "tfseq/scripts/train.py", "tfseq/data/kjv_en.tsv.gz"):
         assert module in names
 
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", wheel], check=True,
-                   timeout=1200)
+    # Outside the checkout and without its PYTHONPATH: there pip would see the checkout's
+    # tfseq.egg-info and call tfseq "already satisfied", installing no commands.
     empty = tmp_path / "empty"
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300,
+                   cwd=empty, env=env)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", wheel], check=True,
+                   timeout=1200, cwd=empty, env=env)
+    assert (venv / "bin" / "tfseq-train").exists()
 
     def command(name, *args):
         return subprocess.run([str(venv / "bin" / name), *args], cwd=empty, env=env,
