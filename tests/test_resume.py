@@ -11,6 +11,7 @@ import time
 
 import keras
 import pytest
+import tensorflow as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LABELS = ("east", "north", "south", "west")
@@ -297,3 +298,25 @@ def test_report_has_one_schema_single_replicated_and_two_workers(tmp_path):
 if __name__ == "__main__":
     if sys.argv[1] == "elastic":
         elastic_child(*sys.argv[2:6], int(sys.argv[6]), int(sys.argv[7]) or None)
+
+
+def test_checkpoints_are_listed_from_a_relative_model_dir_and_partial_ones_removed(
+        tmp_path, monkeypatch):
+    from tfseq.training import checkpoints_newest_first, data_state_bytes
+
+    monkeypatch.chdir(tmp_path)
+    step = tf.Variable(0, dtype=tf.int64)
+    cursor_shard = tf.Variable([0, 0, 0], dtype=tf.int64)
+    checkpoint = tf.train.Checkpoint(step=step, cursor_shard=cursor_shard)
+    manager = tf.train.CheckpointManager(checkpoint, "runs/demo/ckpt", max_to_keep=2)
+    for value in (1, 2, 3):
+        step.assign(value)
+        manager.save(checkpoint_number=value)
+    (tmp_path / "runs/demo/ckpt/ckpt-4.index").write_bytes(b"cut short")  # a write cut short
+
+    listed = checkpoints_newest_first("runs/demo/ckpt")
+    assert listed == ["runs/demo/ckpt/ckpt-3", "runs/demo/ckpt/ckpt-2"]
+    assert not (tmp_path / "runs/demo/ckpt/ckpt-4.index").exists()
+    assert sorted(p.name for p in (tmp_path / "runs/demo/ckpt").glob("ckpt-*.index")) == [
+        "ckpt-2.index", "ckpt-3.index"]
+    assert data_state_bytes(listed[0]) == 3 * 8  # the cursor's three int64s, not the step

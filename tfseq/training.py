@@ -337,8 +337,8 @@ def checkpoints_newest_first(directory: str) -> list[str]:
     import shutil
 
     state = tf.train.get_checkpoint_state(directory) if os.path.isdir(directory) else None
+    # get_checkpoint_state already joins relative entries to ``directory`` (relative or not).
     listed = list(state.all_model_checkpoint_paths) if state else []
-    listed = [p if os.path.isabs(p) else os.path.join(directory, p) for p in listed]
     newest = max((_number(os.path.basename(p)) for p in listed), default=-1)
     for path in sorted(glob.glob(os.path.join(directory, "ckpt-*"))):
         prefix = os.path.basename(path).split(".")[0]
