@@ -13,4 +13,10 @@ def run_command(module_name: str, main) -> None:
     sys.modules["__main__"].__doc__ = module.__doc__
     for flag in flags.FLAGS.get_flags_for_module(module_name):
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
-    app.run(main)
+    from tfseq._common import traced_as_written
+
+    def traced_main(argv):
+        with traced_as_written():  # the binaries' data functions need no AutoGraph
+            return main(argv)
+
+    app.run(traced_main)

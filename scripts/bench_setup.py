@@ -77,7 +77,7 @@ def write_corpus(path: str, megabytes: float, seed: int = 0) -> dict:
             name = f"label{label:02d}"
             size = 0
             while size < per_label:
-                n = 20_000
+                n = 2_000  # ~0.5 MB: sizes within ~1% of --base_mb x size
                 counts = rng.integers(4, 61, n)
                 ids = np.searchsorted(cdf, rng.random(counts.sum()))
                 topical = rng.random(counts.sum()) < 0.1

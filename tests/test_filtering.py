@@ -109,6 +109,26 @@ def test_line_checks_match_pythons_utf8_decoder(lines):
             assert bool(checks["empty"][i]) == (text.strip(" \t\n\r\f") == ""), line
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=12), min_size=1, max_size=20))
+def test_valid_utf8_is_pythons_decoder_nul_allowed(lines):
+    expected = []
+    for line in lines:
+        try:
+            line.decode("utf-8")
+            expected.append(True)
+        except UnicodeDecodeError:
+            expected.append(False)
+    assert tfseq.filtering.valid_utf8(tf.constant(lines)).numpy().tolist() == expected
+
+
+def test_valid_utf8_on_tricky_bytes():
+    lines = [b"\xed\xa0\x80", b"\xc0\x80", b"\xf4\x90\x80\x80", b"\xff", b"\xc3",
+             b"a\x00b", "é€𝄞".encode(), "\ufffd".encode(), b""]
+    assert tfseq.filtering.valid_utf8(tf.constant(lines)).numpy().tolist() == (
+        [False] * 5 + [True] * 4)
+
+
 def test_line_checks_on_tricky_utf8():
     lines = [b"\xed\xa0\x80", b"\xc0\x80", b"\xf4\x90\x80\x80", b"\xe0\x80\x80",
              "é€𝄞".encode(), b"\xef\xbf\xbf", b"a\nb\r", b"\x00"]

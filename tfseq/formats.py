@@ -41,6 +41,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from tfseq._common import mark_last
+from tfseq.filtering import valid_utf8
 from tfseq.reading import resolve_files, text_lines, verify_gzip
 from tfseq.stats import DropCounter
 
@@ -329,10 +330,7 @@ def parse(records: tf.Tensor, fmt: RowFormat) -> tuple[dict[str, tf.Tensor], tf.
 
 def drop_checks(records: tf.Tensor, row: dict, ok: tf.Tensor) -> dict[str, tf.Tensor]:
     """The ordered ``reason -> bool [n]`` checks of a parsed batch (true: drop)."""
-    valid = tf.strings.unicode_transcode(records, "UTF-8", "UTF-8", errors="replace",
-                                         replacement_char=0xFFFD)
-    bad_utf8 = tf.logical_and(tf.not_equal(valid, records),
-                              tf.logical_not(tf.strings.regex_full_match(records, ".*\uFFFD.*")))
+    bad_utf8 = tf.logical_not(valid_utf8(records))
     empty = tf.zeros_like(ok)
     for name in TEXT_COLUMNS:
         if name in row:
