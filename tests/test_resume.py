@@ -320,3 +320,19 @@ def test_checkpoints_are_listed_from_a_relative_model_dir_and_partial_ones_remov
     assert sorted(p.name for p in (tmp_path / "runs/demo/ckpt").glob("ckpt-*.index")) == [
         "ckpt-2.index", "ckpt-3.index"]
     assert data_state_bytes(listed[0]) == 3 * 8  # the cursor's three int64s, not the step
+
+
+def test_data_state_bytes_counts_a_saved_iterators_buffers(tmp_path):
+    from tfseq.training import data_state_bytes
+
+    def saved(dataset, name):
+        iterator = iter(dataset)
+        next(iterator)
+        step = tf.Variable(7, dtype=tf.int64)  # not the input's: never counted
+        return data_state_bytes(tf.train.Checkpoint(iterator=iterator, step=step).save(
+            str(tmp_path / name)))
+
+    # A position alone is a few hundred bytes; a shuffle buffer of 5,000 int64s (40,000 bytes
+    # of values, each saved as its own tensor entry) is counted in full.
+    assert saved(tf.data.Dataset.range(10_000), "plain") < 2_000
+    assert saved(tf.data.Dataset.range(10_000).shuffle(5_000, seed=0), "buffer") > 40_000

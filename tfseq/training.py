@@ -354,17 +354,30 @@ def checkpoints_newest_first(directory: str) -> list[str]:
 
 def data_state_bytes(checkpoint: str) -> int:
     """Bytes a checkpoint spends on the input: a stream's cursor, a dataset iterator's saved
-    state (the tf.data variant, buffers included) and the drop counters."""
+    state (the tf.data variant, buffers included) and the drop counters.
+
+    A variant (an iterator's state, as ``tf.train.Checkpoint(iterator=...)`` saves it) cannot
+    be read back as an array; its bytes are the data files' size less every other entry's
+    (string entries count their bytes, so this is within a few bytes per string entry)."""
+    import glob
+
     reader = tf.train.load_checkpoint(checkpoint)
-    total = 0
-    for name in reader.get_variable_to_shape_map():
-        if not name.startswith(("cursor_", "iterator", "counter_")):
+    total = other = 0
+    variants = False
+    for name, dtype in reader.get_variable_to_dtype_map().items():
+        data_state = name.startswith(("cursor_", "iterator", "counter_"))
+        if dtype == tf.variant:
+            variants = variants or data_state
             continue
         value = reader.get_tensor(name)
         if getattr(value, "dtype", None) == object:
-            total += sum(len(v) for v in np.asarray(value).reshape(-1))
+            size = sum(len(v) for v in np.asarray(value).reshape(-1))
         else:
-            total += np.asarray(value).nbytes
+            size = np.asarray(value).nbytes
+        total, other = (total + size, other) if data_state else (total, other + size)
+    if variants:
+        stored = sum(os.path.getsize(f) for f in glob.glob(checkpoint + ".data-*"))
+        total = max(total, stored - other)
     return int(total)
 
 
