@@ -14,8 +14,7 @@
 
 The global budget is what a resume keeps: ``replicas x max_tokens`` (``replicas x
 batch_size`` for ``pad``), so a run checkpointed on N replicas resumes on M at the same global
-budget (2 x 2048
-as 4 x 1024) and continues the same sequence of global batches.
+budget (2 x 2048 as 4 x 1024) and continues the same sequence of global batches.
 
 Layout of ``model_dir`` (besides the binary's own ``flags.txt``, ``report.json``, ``logs/``)::
 
