@@ -16,6 +16,7 @@ transformations that gather examples anyway (``filter_by_length``, ``bucket_by_l
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Callable, Mapping
 
 import tensorflow as tf
@@ -155,6 +156,17 @@ def pipeline_options() -> tf.data.Options:
     options.experimental_optimization.map_fusion = True
     return options
 
+
+
+def parallel_calls(requested: int | None = None) -> int:
+    """Parallel calls for a stage that works on whole pools or parts: ``requested``, else the
+    cores this process may use (its affinity mask, as TensorFlow's thread pools see it), 2 to
+    16. Such stages are deterministic maps, so this changes their speed, never their output."""
+    if requested is not None:
+        return requested
+    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+             else os.cpu_count() or 1)
+    return max(2, min(16, cores))
 
 
 def lazy_cond(pred: tf.Tensor, true_fn: Callable, false_fn: Callable):

@@ -9,10 +9,11 @@ a frozen dataclass; each stage runs alone on tensors):
 1. Fill pools (``tfseq._pools.fill_pools``): consecutive examples, whole input batches at a
    time (single examples are first batched ``ragged_batch(256)``). A pool closes at
    ``pool_tokens`` tokens (default ``DEFAULT_POOL_BUDGETS`` budgets' worth, so about that many
-   batches whatever the lengths) or ``pool_size`` examples read since the last pool closed
-   (the tail it carried, step 5, comes on top), and at the end of the input (found by looking
-   one input batch ahead, so it also works on each worker of the ``tf.data`` service). This
-   per-batch ``scan`` only appends; steps 2-6 (``split_pool``) run once per pool in a second.
+   batches whatever the lengths) or ``pool_size`` examples, and at the end of the input
+   (found by looking one input batch ahead, so it also works on each worker of the
+   ``tf.data`` service). This per-batch ``scan`` only appends; steps 2-6 (``split_pool``) run
+   once per pool, ``num_parallel_pools`` pools at once (a deterministic parallel map: the
+   same batches at any parallelism).
 2. Examples longer than ``max_length`` are dropped and counted under ``"too_long"``.
 3. ``order_pool``: longest bucket first, a random (seeded) order inside a bucket. With no
    ``boundaries``/``bucket_width`` every length is its own bucket.
@@ -20,12 +21,17 @@ a frozen dataclass; each stage runs alone on tensors):
    (the padded length is the batch's longest example, or its bucket boundary with
    ``pad_to_boundary``), rounded down to ``batch_multiple``. A batch may run past the end of
    a bucket into the next, shorter one, so buckets leave no part-filled batches behind.
-5. ``choose_carried``: the pool's last batch is not emitted: its examples start the next pool;
-   with a budget, neither are the batches that fill less than 90% of their cells, worst first,
-   up to 8 budgets' worth. Only the end of the stream emits a part-filled batch, so every
-   batch but the last has a multiple of ``batch_multiple`` rows.
+5. ``choose_carried``: the pool's last batch is not emitted: its examples go to the *tail
+   pool*; with a budget, neither are the batches that fill less than 90% of their cells,
+   worst first, up to 8 budgets' worth. The tail pool (a small sequential ``scan``) gathers
+   the tails of ``_TAIL_POOLS`` consecutive pools and is split by the same steps 2-6, its own
+   tail waiting for the next tail pool. The stream's last pool joins the tail pool whole and
+   ends the stream: only there is a part-filled batch emitted, so every batch but the last
+   has a multiple of ``batch_multiple`` rows. A stream of one pool is batched as that pool
+   alone.
 6. ``shuffle_batches``: the other batches go out in a random (seeded) order; at the end of the
-   stream the last batch comes last.
+   stream the last batch comes last. A tail pool's batches follow those of the pool that
+   completed it.
 7. ``pad``: each batch's rows become dense ``[B, T]`` tensors.
 
 Worked example: lengths 1..10 in this order, ``boundaries=[3, 7, 11]``, ``max_tokens=20``,
@@ -80,7 +86,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfseq._common import (LENGTH_SUFFIX, Transform, batch_lengths, check_positive_int,
-                           example_keys)
+                           example_keys, lazy_cond, parallel_calls)
 from tfseq._pools import PoolLists, check_pool, fill_pools
 from tfseq.stats import DropCounter, resolve_counter
 
@@ -89,6 +95,7 @@ DEFAULT_POOL_BUDGETS = 256     # budgets' worth of tokens per pool with max_toke
 _EXAMPLES_PER_CHUNK = 256      # per-example input is batched this much before pooling
 _CARRY_FILL = 0.9              # batches filling less of their cells wait for the next pool
 _CARRY_BUDGETS = 8             # ... up to this many budgets of cells
+_TAIL_POOLS = 8                # the tails of this many pools are batched together
 
 
 def fit_boundaries(lengths, num_buckets: int) -> list[int]:
@@ -275,15 +282,16 @@ def bucket_by_length(
     pool_tokens: int | None = None,
     shuffle: bool = True,
     seed: int | None = None,
+    num_parallel_pools: int | None = None,
     counter: DropCounter | None = None,
 ) -> Transform:
     """Transformation that batches examples of similar length under a token budget.
 
     See the module docstring for the algorithm and a worked example. Every example is emitted
     exactly once per pass, or dropped and counted under ``"too_long"``. Works on infinite
-    (repeated) datasets and on the ``tf.data`` service. Memory: up to three pools (one
-    filling, one sorted and waiting, one being emitted) plus a carried tail of at most 8
-    budgets. Shuffle the examples upstream: a pool is a run of consecutive examples.
+    (repeated) datasets and on the ``tf.data`` service. Memory: the pools in flight (one
+    filling, up to ``num_parallel_pools`` being sorted, one being emitted) plus a tail pool
+    of at most ``_TAIL_POOLS`` x 9 budgets. Shuffle the examples upstream: a pool is a run of consecutive examples.
 
     Args:
       max_tokens: int, the budget of cells per batch: rows x padded length <= max_tokens for
@@ -317,6 +325,9 @@ def bucket_by_length(
         ``False`` keeps the input order inside a bucket and emits longest first.
       seed: int, makes the order deterministic (a new order each pass over the dataset, the
         same sequence of orders on every run).
+      num_parallel_pools: int, pools sorted and cut at once (each on its own core); defaults
+        to the cores this process may use, 2 to 16. Speed only: the batches and their order
+        are the same for every value, and whatever ``tf.data.Options`` say.
       counter: ``tfseq.DropCounter`` where the dropped examples are counted (the
         ``"too_long"`` reason of ``filter_by_length``); defaults to the process-wide counter.
 
@@ -348,7 +359,8 @@ def bucket_by_length(
                     bucket_width=bucket_width, max_length=max_length,
                     batch_multiple=batch_multiple, pad_to_boundary=pad_to_boundary,
                     length_noise=length_noise, pool_size=pool_size, pool_tokens=pool_tokens,
-                    shuffle=shuffle, seed=seed, counter=counter).transform
+                    shuffle=shuffle, seed=seed, num_parallel_pools=num_parallel_pools,
+                    counter=counter).transform
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -373,9 +385,11 @@ class Bucketer:
     pool_tokens: int | None = None
     shuffle: bool = True
     seed: int | None = None
+    num_parallel_pools: int | None = dataclasses.field(default=None, compare=False)
     counter: DropCounter | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
+        check_positive_int("num_parallel_pools", self.num_parallel_pools, allow_none=True)
         boundaries, max_length, pool_size, pool_tokens = _checked(
             self.max_tokens, self.batch_size, self.boundaries, self.bucket_width,
             self.max_length, self.batch_multiple, self.pad_to_boundary, self.length_noise,
@@ -411,25 +425,59 @@ class Bucketer:
             return (tf.size(lengths, out_type=tf.int64),
                     tf.reduce_sum(tf.cast(tf.maximum(lengths, 1), tf.int64)))
 
-        def close_pool(tail, closed):
-            """A ``scan`` step per pool; its state is the carried tail (``split_pool``)."""
-            is_last, pool_lists, pool_seed = closed
-            batches, tail = self.split_pool(lists.concat_both(tail, pool_lists), pool_seed,
-                                            is_last)
-            return lists.push(lists.empty(), tail), batches
+        def no_batches(pool):
+            """``split_pool``'s batches, none of them: ``[0, (B), (T)]`` / ``[0, (B)]``."""
+            return {k: tf.RaggedTensor.from_row_lengths(v[:0], tf.zeros([0], tf.int32),
+                                                        validate=False)
+                    for k, v in pool.items()}
+
+        def sort_pool(is_last, pool_lists, pool_seed):
+            """Stages 2-6 on one pool, in parallel with other pools: its batches, and the
+            examples it sets aside (its tail) for the tail pool. The stream's last pool is
+            all tail: it is split once with the tails still waiting, so a stream of one pool
+            is batched as that pool alone."""
+            pool = lists.concat(pool_lists)
+            batches, tail = tf.cond(is_last, lambda: (no_batches(pool), pool),
+                                    lambda: self.split_pool(pool, pool_seed, False))
+            return is_last, batches, tail, pool_seed
+
+        def merge_tails(state, sorted_pool):
+            """A ``scan`` step per pool: its tail joins the tail pool, which is split (its
+            own tail carried on) every ``_TAIL_POOLS`` pools and at the end of the stream."""
+            waiting, tails = state
+            is_last, batches, tail, pool_seed = sorted_pool
+            tails = lists.push(tails, tail)
+            waiting += 1
+
+            def split_tails():
+                out, rest = self.split_pool(lists.concat(tails), pool_seed, is_last)
+                return (tf.constant(0), lists.push(lists.empty(), rest)), out
+
+            def keep_waiting():
+                return (waiting, tails), tf.nest.map_structure(lambda b: b[:0], batches)
+
+            # lazy_cond: the tail pool's split is instantiated when it first runs, not
+            # optimized again for every new iterator.
+            state, tail_batches = lazy_cond(is_last | (waiting >= _TAIL_POOLS), split_tails,
+                                            keep_waiting)
+            return state, (batches, tail_batches)
 
         plain = tf.autograph.experimental.do_not_convert
-        # prefetch(1) after the pools: the next pool is read, tokenized and sorted while this
-        # one's batches are consumed. Memory: up to three pools (the one being emitted, a
-        # sorted one waiting, one filling) plus one carried tail. Two scans: the per-batch one
-        # only appends; the per-pool one sorts, cuts, carries and gathers the emitted rows once
-        # in emission order, so each batch is a slice (no gather from the pool per batch).
+        # Memory: the pools in flight (one filling, up to ``num_parallel_pools`` being sorted,
+        # one being emitted) plus the tail pool (at most ``_TAIL_POOLS`` tails).
         pools = fill_pools(chunks, lists, measure, max_tokens=self.pool_tokens,
                            max_rows=self.pool_size)
-        return (pools.scan(lists.empty(), plain(close_pool))
-                .filter(plain(lambda batches: batches[keys[0]].nrows() > 0))
-                .prefetch(1).flat_map(plain(tf.data.Dataset.from_tensor_slices))
-                .map(plain(self.pad), num_parallel_calls=tf.data.AUTOTUNE))
+        # The expensive work (sort, cut, gather of the rows in emission order) is per pool
+        # and parallel; ``deterministic=True`` whatever the options say, so the batches are
+        # the same at any parallelism. Only the tails (a few budgets a pool) meet in a scan.
+        sorted_pools = pools.map(plain(sort_pool), num_parallel_calls=parallel_calls(self.num_parallel_pools),
+                                 deterministic=True)
+        slices = tf.data.Dataset.from_tensor_slices
+        return (sorted_pools.scan((tf.constant(0), lists.empty()), plain(merge_tails))
+                .prefetch(1)
+                .flat_map(plain(lambda batches, tail_batches: slices(batches).concatenate(
+                    slices(tail_batches))))
+                .map(plain(self.pad), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
 
     # ----- pool-level entry points
 

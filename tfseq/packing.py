@@ -103,14 +103,13 @@ Example::
 from __future__ import annotations
 
 import functools
-import os
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from tfseq._common import (Transform, check_positive_int, example_keys, lazy_cond,
-                           require_dict_spec)
+                           parallel_calls, require_dict_spec)
 from tfseq._pack_greedy import GreedyPacker
 from tfseq._pack_layout import (PACKED_SUFFIXES, POSITIONS_SUFFIX, RESETS_SUFFIX,
                                 SEGMENT_IDS_SUFFIX, PackLayout, dense_rows)
@@ -128,14 +127,13 @@ _GROUP_SIZE = 128
 # A part (packed independently of the others, in parallel) holds this many batches' worth of
 # tokens; its last batch may be part-filled, so this bounds the loss to about 1/_PART_BATCHES.
 _PART_BATCHES = 128
-# Parts packed at once (each holds its part's tokens and output batches in memory).
-_PART_PARALLELISM = max(2, min(4, os.cpu_count() or 1))
 
 
 def pack(block_length: int | Sequence[int] | Mapping[str, int], *,
          batch_size: int | None = None,
          max_tokens: int | None = None, long_examples: str = "split",
          max_segments: int | None = None, window: int = 4, seed: int | None = None,
+         num_parallel_parts: int | None = None,
          counter: DropCounter | None = None) -> Transform:
     """Transformation that packs examples into batches of fixed-length rows.
 
@@ -159,6 +157,9 @@ def pack(block_length: int | Sequence[int] | Mapping[str, int], *,
       seed: if given, each group of 128 incoming examples is shuffled (stateless, from this
         seed and the group's index) before it joins the pool; ``None`` keeps the input order.
         Shuffle upstream (``Dataset.shuffle``) for a full shuffle.
+      num_parallel_parts: int, parts packed at once (each on its own core); defaults to the
+        cores this process may use, 2 to 16. Speed only: the batches and their order are the
+        same for every value, and whatever ``tf.data.Options`` say.
       counter: a ``tfseq.DropCounter``: drops ``"empty"`` and (``"drop"``) ``"too_long"``;
         emitted-but-changed examples are noted in ``counter.seen()`` as ``"split"`` or
         ``"truncated"``. Default: the process-wide counter.
@@ -186,7 +187,7 @@ def pack(block_length: int | Sequence[int] | Mapping[str, int], *,
     """
     return Packer(block_length, batch_size=batch_size, max_tokens=max_tokens,
                   long_examples=long_examples, max_segments=max_segments, window=window,
-                  seed=seed, counter=counter).transform
+                  seed=seed, num_parallel_parts=num_parallel_parts, counter=counter).transform
 
 
 def _checked(block_length, batch_size, max_tokens, long_examples, max_segments, window, seed):
@@ -253,7 +254,10 @@ class Packer:
     def __init__(self, block_length: int | Sequence[int] | Mapping[str, int], *,
                  batch_size: int | None = None, max_tokens: int | None = None,
                  long_examples: str = "split", max_segments: int | None = None,
-                 window: int = 4, seed: int | None = None, counter: DropCounter | None = None):
+                 window: int = 4, seed: int | None = None,
+                 num_parallel_parts: int | None = None, counter: DropCounter | None = None):
+        check_positive_int("num_parallel_parts", num_parallel_parts, allow_none=True)
+        self.num_parallel_parts = parallel_calls(num_parallel_parts)
         block_length, widths, longest_block, rows, width_rows, segments = _checked(
             block_length, batch_size, max_tokens, long_examples, max_segments, window, seed)
         self.block_length, self.widths, self.longest_block = block_length, widths, longest_block
@@ -287,12 +291,13 @@ class Packer:
         lists = PoolLists(layout.part_spec())
         parts = fill_pools(groups, lists, _measure_group, max_tokens=self._part_tokens(layout))
         # A fixed parallelism: AUTOTUNE starts at one call and a pass has too few parts
-        # (each a fraction of a second of work) for it to ramp up.
+        # (each a fraction of a second of work) for it to ramp up. It changes the speed
+        # only: the map is deterministic.
         # Deterministic even if the options say otherwise: a split example continues in the
         # next batch.
         batches = parts.map(
             plain(lambda is_last, part, index: strategy.pack_part(is_last, lists.concat(part))),
-            num_parallel_calls=_PART_PARALLELISM, deterministic=True)
+            num_parallel_calls=self.num_parallel_parts, deterministic=True)
         return (batches.unbatch()
                 .filter(plain(lambda batch, num_rows: num_rows > 0))
                 .map(plain(strategy.finish), num_parallel_calls=tf.data.AUTOTUNE,

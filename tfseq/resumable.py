@@ -47,7 +47,7 @@ from typing import Any, Callable, Mapping
 
 import tensorflow as tf
 
-from tfseq._common import batch_lengths, example_keys, pipeline_options
+from tfseq._common import batch_lengths, example_keys, parallel_calls, pipeline_options
 from tfseq._pools import PoolLists
 from tfseq.stats import CountTape, DropCounter, batch_counts, sequence_names
 
@@ -324,7 +324,10 @@ class ResumableStream:
             return (_with_one_empty(batches), _num_batches(batches), counts,
                     tape.vector(tape.keys), rank, offset)
 
-        pooled = pools.map(batch_pool, num_parallel_calls=2, deterministic=True)
+        # Pools are batched independently (nothing carried), as many at once as there are
+        # cores; deterministic, so the global batches are the same at any core count.
+        pooled = pools.map(batch_pool, num_parallel_calls=parallel_calls(),
+                           deterministic=True)
         self.count_keys = sorted(set(encode_keys) | set(pool_keys))
         encode_index = [self.count_keys.index(k) for k in encode_keys]
         pool_index = [self.count_keys.index(k) for k in pool_keys]

@@ -1,0 +1,282 @@
+r"""How the input pipeline scales with cores: each feed's rate at N cores, side by side.
+
+Usage:
+  python scripts/bench_scaling.py --cores=1,2 --json_out=bench_out/scaling.json
+  python scripts/bench_scaling.py --cores=2,4,8,16 --files='corpus/*.txt' --field=-1
+  python scripts/bench_scaling.py --cores=2 --feeds=bucket,bucket_alone --parallel=1,2,4
+
+Each core count runs in a child process pinned to cores ``0..N-1`` before TensorFlow starts
+(``os.sched_setaffinity``: TensorFlow sizes its thread pools from the affinity mask). In it,
+every feed runs whole passes over the same lines and reports real (non-pad) tokens per second,
+consumed in the graph (``Dataset.reduce``: no Python per batch), best of ``--repeats`` passes:
+
+  raw            ``text_lines(batch_size=--read_batch)`` + ``tokenize`` (split and vocabulary
+                 lookup): the limit every batching pipeline is measured against;
+  bucket         raw + ``bucket_by_length(max_tokens, max_length, seed=0)``;
+  pack           raw + ``pack(max_length, max_tokens, long_examples="drop")``;
+  bucket_alone   ``bucket_by_length`` on the raw feed's batches cached in memory (the stage's
+                 own ceiling: what it costs per token without the read);
+  pack_alone     ``pack`` on the same cached batches;
+  plain          what a user writes with tf.data alone: per-line map, filter, shuffle and
+                 ``Dataset.bucket_by_sequence_length`` with batch sizes from the same budget
+                 (over one copy of the files: it is ~30x slower).
+
+``--python_loop`` also consumes raw, bucket and pack in a Python loop (one op per batch: what a
+custom training loop pays). With several ``--parallel`` values the bucket and pack feeds run
+once per value (``bucket_by_length(num_parallel_pools=K)``, ``pack(num_parallel_parts=K)``):
+the batches are the same for every value, only the speed differs.
+
+The default corpus is the embedded one (both languages' text fields) cut into ``--files_out``
+plain-text files and read ``--copies`` times, a stream many bucketing pools long.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if os.environ.get("TFSEQ_BENCH_CORES"):  # the child: pin before TensorFlow starts
+    os.sched_setaffinity(0, range(int(os.environ["TFSEQ_BENCH_CORES"])))
+
+from absl import app, flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("cores", ["1", "2"], "Core counts, one pinned child process each.")
+flags.DEFINE_list("files", [], "Text files or globs (default: the embedded corpus, rewritten).")
+flags.DEFINE_integer("field", -1, "0-based TSV field holding the text; -1 for the whole line.")
+flags.DEFINE_integer("files_out", 16, "Files the embedded corpus is cut into.")
+flags.DEFINE_integer("copies", 8, "Each file is read this many times per timed pass (as that "
+                     "many symlinks): a stream several bucketing pools long, so the rate is "
+                     "the steady state and not one pool's fill-then-drain.")
+flags.DEFINE_integer("max_tokens", 8192, "Token budget per batch.")
+flags.DEFINE_integer("max_length", 512, "Length cap (longer examples are dropped and counted).")
+flags.DEFINE_integer("read_batch", 512, "Lines per batch from text_lines.")
+flags.DEFINE_integer("repeats", 3, "Timed passes per feed; the best is reported.")
+flags.DEFINE_list("parallel", ["default"], "Parallelism of the bucket and pack stages, one run "
+                  "of those feeds each: bucket_by_length(num_parallel_pools=K), "
+                  "pack(num_parallel_parts=K); 'default' leaves it to them.")
+flags.DEFINE_list("feeds", ["raw", "bucket", "pack", "bucket_alone", "pack_alone", "plain"],
+                  "Feeds to run (raw always runs: every ratio needs it).")
+flags.DEFINE_boolean("python_loop", True, "Also consume raw, bucket and pack in a Python loop.")
+flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
+flags.DEFINE_string("_child_out", None, "Internal: a child's JSON output file.")
+
+
+def default_files(out_dir: str) -> list[str]:
+    """The embedded corpus' text fields (both languages), cut into ``--files_out`` files."""
+    import gzip
+
+    import tfseq
+
+    paths = [tfseq.corpus_path()]
+    spanish = os.path.join(os.path.dirname(paths[0]), "rv1909_es.tsv.gz")
+    if os.path.exists(spanish):
+        paths.append(spanish)
+    lines = []
+    for path in paths:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            lines += [line.rstrip("\n").split("\t")[-1] for line in f]
+    n = FLAGS.files_out
+    files = []
+    for i in range(n):
+        name = os.path.join(out_dir, f"part{i:02d}.txt")
+        with open(name, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines[i::n]) + "\n")
+        files.append(name)
+    return files
+
+
+def _text_of(lines, field):
+    import tensorflow as tf
+
+    return lines if field < 0 else tf.strings.split(lines, "\t").to_tensor("")[:, field]
+
+
+def build_feeds(files, vocab, parallel):
+    """name -> (dataset, count) where count maps an element to its real tokens (int64)."""
+    import tensorflow as tf
+
+    import tfseq
+
+    def raw():
+        ds = tfseq.text_lines(files, batch_size=FLAGS.read_batch)
+        if FLAGS.field >= 0:
+            ds = ds.map(lambda lines: _text_of(lines, FLAGS.field),
+                        num_parallel_calls=tf.data.AUTOTUNE)
+        return ds.apply(tfseq.tokenize(vocab))
+
+    def bucket(ds, k):
+        return ds.apply(tfseq.bucket_by_length(
+            max_tokens=FLAGS.max_tokens, max_length=FLAGS.max_length, seed=0,
+            counter=tfseq.DropCounter(), **({} if k is None else {"num_parallel_pools": k})))
+
+    def pack(ds, k):
+        return ds.apply(tfseq.pack(FLAGS.max_length, max_tokens=FLAGS.max_tokens,
+                                   long_examples="drop", counter=tfseq.DropCounter(),
+                                   **({} if k is None else {"num_parallel_parts": k})))
+
+    count_raw = lambda b: tf.cast(tf.size(b["ids"].flat_values), tf.int64)  # noqa: E731
+    count_bucket = lambda b: tf.reduce_sum(tf.cast(b["ids_length"], tf.int64))  # noqa: E731
+    count_pack = lambda b: tf.math.count_nonzero(b["ids_segment_ids"], dtype=tf.int64)  # noqa
+    feeds = {"raw": (raw().prefetch(tf.data.AUTOTUNE), count_raw)}
+    wanted = set(FLAGS.feeds)
+    cached = None
+    if wanted & {"bucket_alone", "pack_alone"}:
+        cached = raw().cache()
+        cached.reduce(tf.constant(0, tf.int64), lambda a, b: a + 1)  # fill the cache
+    for k in parallel:
+        suffix = "" if parallel == [None] else f" parallel={k}"
+        if "bucket" in wanted:
+            feeds["bucket" + suffix] = (bucket(raw(), k).prefetch(tf.data.AUTOTUNE),
+                                        count_bucket)
+        if "pack" in wanted:
+            feeds["pack" + suffix] = (pack(raw(), k).prefetch(tf.data.AUTOTUNE), count_pack)
+        if "bucket_alone" in wanted:
+            feeds["bucket_alone" + suffix] = (bucket(cached, k), count_bucket)
+        if "pack_alone" in wanted:
+            feeds["pack_alone" + suffix] = (pack(cached, k), count_pack)
+    if "plain" in wanted:  # one copy of the files: it is ~30x slower than the others
+        feeds["plain"] = (plain_feed(files[:len(files) // FLAGS.copies], vocab),
+                          lambda ids: tf.math.count_nonzero(ids, dtype=tf.int64))
+    return feeds
+
+
+def plain_feed(files, vocab):
+    """tf.data alone, one line at a time: ``bucket_by_sequence_length`` with bucket upper
+    bounds 8, 16, ..., max_length and batch sizes from the token budget."""
+    import tensorflow as tf
+
+    import tfseq
+
+    tok = tfseq.text.get_tokenizer()
+    ds = tf.data.Dataset.from_tensor_slices(files).interleave(
+        tf.data.TextLineDataset, cycle_length=16, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.map(lambda line: vocab.lookup(tok.tokenize(_text_of(line[None], FLAGS.field)[0])),
+                num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.filter(lambda ids: (tf.size(ids) >= 1) & (tf.size(ids) <= FLAGS.max_length))
+    ds = ds.shuffle(16384, seed=0)
+    uppers = [8]
+    while uppers[-1] < FLAGS.max_length:
+        uppers.append(min(2 * uppers[-1], FLAGS.max_length))
+    return ds.bucket_by_sequence_length(
+        lambda ids: tf.size(ids), bucket_boundaries=[u + 1 for u in uppers[:-1]],
+        bucket_batch_sizes=[max(1, FLAGS.max_tokens // u) for u in uppers]).prefetch(
+            tf.data.AUTOTUNE)
+
+
+def run_child(files, copies):
+    """Times every feed at this process' core count; returns the rows."""
+    import tensorflow as tf
+
+    import tfseq
+
+    texts = tfseq.text_lines(files, batch_size=4096).map(
+        lambda lines: _text_of(lines, FLAGS.field)).unbatch()
+    vocab = tfseq.Vocab.build(texts, min_count=1)
+    parallel = [None if k == "default" else int(k) for k in FLAGS.parallel]
+    feeds = build_feeds(copies, vocab, parallel)
+    options = tfseq.pipeline_options()
+    timers = {}
+    for name, (ds, count) in feeds.items():
+        ds = ds.with_options(options)
+        timers[name] = (ds, count)
+    best = {}
+    for _ in range(FLAGS.repeats):  # round robin: a slow spell hits every feed alike
+        for name, (ds, count) in timers.items():
+            start = time.perf_counter()
+            tokens = int(ds.reduce(tf.constant(0, tf.int64), lambda a, b, c=count: a + c(b)))
+            seconds = time.perf_counter() - start
+            if name not in best or seconds < best[name][1]:
+                best[name] = (tokens, seconds)
+    if FLAGS.python_loop:
+        for name in [n for n in timers if n.split(" ")[0] in ("raw", "bucket", "pack")]:
+            ds, count = timers[name]
+            count_fn = tf.function(count, reduce_retracing=True)
+            for _ in range(1):
+                start = time.perf_counter()
+                tokens = 0
+                for batch in ds:
+                    tokens += int(count_fn(batch))
+                seconds = time.perf_counter() - start
+                key = name + ", python loop"
+                if key not in best or seconds < best[key][1]:
+                    best[key] = (tokens, seconds)
+    cores = len(os.sched_getaffinity(0))
+    raw_rate = best["raw"][0] / best["raw"][1]
+    return [{"cores": cores, "feed": name, "real_tokens": tokens, "seconds": round(seconds, 4),
+             "tokens_per_second": tokens / seconds, "vs_raw": tokens / seconds / raw_rate}
+            for name, (tokens, seconds) in best.items()]
+
+
+def main(argv):
+    del argv
+    with tempfile.TemporaryDirectory(prefix="bench_scaling_") as tmp:
+        if FLAGS._child_out:
+            files = FLAGS.files
+            if not files:
+                files = default_files(tmp)
+            import tfseq
+
+            files = tfseq.reading.resolve_files(files)
+            copies = []
+            for i in range(FLAGS.copies):
+                for path in files:
+                    link = os.path.join(tmp, f"copy{i:02d}_{os.path.basename(path)}")
+                    os.symlink(os.path.abspath(path), link)
+                    copies.append(link)
+            rows = run_child(files, copies)
+            with open(FLAGS._child_out, "w") as f:
+                json.dump(rows, f)
+            return
+        rows = []
+        for n in [int(c) for c in FLAGS.cores]:
+            if n > os.cpu_count():
+                print(f"skipping {n} cores: this machine has {os.cpu_count()}")
+                continue
+            out = os.path.join(tmp, f"cores{n}.json")
+            env = dict(os.environ, TFSEQ_BENCH_CORES=str(n))
+            args = [a for a in sys.argv[1:] if not a.startswith(("--json_out", "--cores"))]
+            subprocess.run([sys.executable, os.path.abspath(__file__), *args,
+                            f"--_child_out={out}"], env=env, check=True)
+            with open(out) as f:
+                rows += json.load(f)
+    by_cores = {}
+    for row in rows:
+        by_cores.setdefault(row["cores"], {})[row["feed"]] = row
+    feeds = list(dict.fromkeys(row["feed"] for row in rows))
+    print("\nM real tokens/s (x raw at the same core count), in-graph unless noted")
+    print(f"{'feed':32s} " + " ".join(f"{f'{c} cores':>16s}" for c in by_cores))
+    for feed in feeds:
+        cells = []
+        for c in by_cores:
+            row = by_cores[c].get(feed)
+            cells.append(f"{row['tokens_per_second'] / 1e6:7.2f} ({row['vs_raw']:.2f}x)"
+                         if row else " " * 16)
+        print(f"{feed:32s} " + " ".join(f"{cell:>16s}" for cell in cells))
+    cores = sorted(by_cores)
+    gains = {}
+    if len(cores) > 1:
+        lo, hi = cores[0], cores[-1]
+        print(f"\ngain from {lo} to {hi} cores")
+        for feed in feeds:
+            a, b = by_cores[lo].get(feed), by_cores[hi].get(feed)
+            if a and b:
+                gains[feed] = b["tokens_per_second"] / a["tokens_per_second"]
+                print(f"  {feed:32s} x{gains[feed]:.2f}")
+    if FLAGS.json_out:
+        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
+        with open(FLAGS.json_out, "w") as f:
+            json.dump({"benchmark": "scaling", "max_tokens": FLAGS.max_tokens,
+                       "max_length": FLAGS.max_length, "read_batch": FLAGS.read_batch,
+                       "copies": FLAGS.copies, "rows": rows,
+                       "gains": {"from_cores": cores[0], "to_cores": cores[-1],
+                                 "feeds": gains} if len(cores) > 1 else None}, f, indent=1)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,103 @@
+"""Batching stages that run on several cores give the same batches at any parallelism.
+
+``bucket_by_length`` sorts and cuts pools in parallel (``num_parallel_pools``) and batches the
+pools' set-aside tails together in a small sequential stage; ``pack`` packs parts in parallel
+(``num_parallel_parts``). Neither knob, nor ``tf.data.Options`` that ask for nondeterminism
+or other parallelism, may change a single tensor of any batch.
+"""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import to_list
+
+import tfseq
+
+
+def examples(lengths):
+    """Example i has ``label`` i and ``ids`` [i * 1000 + 1, ..., i * 1000 + lengths[i]]."""
+    ids = tf.ragged.constant([[i * 1000 + j + 1 for j in range(n)] for i, n in
+                              enumerate(lengths)], dtype=tf.int32, ragged_rank=1)
+    return tf.data.Dataset.from_tensor_slices({"ids": ids, "label": tf.range(len(lengths))})
+
+
+# 3,000 examples of lengths 1..61: many pools (and tail pools) at the budgets below.
+LENGTHS = [1 + (37 * i * i + 11 * i) % 61 for i in range(3000)]
+
+
+def nondeterministic(ds):
+    options = tf.data.Options()
+    options.deterministic = False
+    options.threading.private_threadpool_size = 3
+    options.experimental_optimization.map_parallelization = True
+    return ds.with_options(options)
+
+
+def bucketed(parallel, options=False, **kwargs):
+    ds = examples(LENGTHS).batch(64).apply(tfseq.bucket_by_length(
+        max_tokens=256, pool_tokens=4096, seed=5, num_parallel_pools=parallel,
+        counter=tfseq.DropCounter(), **kwargs))
+    return to_list(nondeterministic(ds) if options else ds)
+
+
+def packed(parallel, options=False):
+    ds = examples(LENGTHS).batch(64).apply(tfseq.pack(
+        64, max_tokens=256, long_examples="drop", seed=5, num_parallel_parts=parallel,
+        counter=tfseq.DropCounter()))
+    return to_list(nondeterministic(ds) if options else ds)
+
+
+def test_bucketing_is_the_same_at_any_parallelism():
+    reference = bucketed(1)
+    assert len(reference) > 100
+    labels = [label for batch in reference for label in batch["label"]]
+    assert sorted(labels) == list(range(len(LENGTHS)))   # every example once
+    for parallel in (2, 4):
+        assert bucketed(parallel) == reference, parallel
+    assert bucketed(4, options=True) == reference
+
+
+def test_bucketing_with_buckets_and_multiples_is_the_same_at_any_parallelism():
+    kwargs = dict(boundaries=[8, 16, 32], pad_to_boundary=True, batch_multiple=2)
+    reference = bucketed(1, **kwargs)
+    assert bucketed(3, **kwargs) == bucketed(4, options=True, **kwargs) == reference
+    rows = [len(batch["label"]) for batch in reference]
+    assert all(r % 2 == 0 for r in rows[:-1])
+    # The last bucket pads to max_length, which defaults to max_tokens // batch_multiple.
+    assert {len(batch["ids"][0]) for batch in reference} <= {8, 16, 32, 128}
+
+
+def test_bucketing_keeps_the_budget_and_fills_batches():
+    out = bucketed(2)
+    cells = [len(b["ids"]) * len(b["ids"][0]) for b in out]
+    real = sum(sum(b["ids_length"]) for b in out)
+    assert max(cells) <= 256
+    # Pools' poorly filled batches wait in the tail pool: nearly every step is full.
+    assert -(-real // 256) / len(out) >= 0.95
+    assert real / sum(cells) >= 0.95
+
+
+def test_packing_is_the_same_at_any_parallelism():
+    reference = packed(1)
+    assert len(reference) > 50
+    for parallel in (2, 4):
+        assert packed(parallel) == reference, parallel
+    assert packed(4, options=True) == reference
+    segments = collections.Counter()
+    for batch in reference:
+        ids = np.array(batch["ids"])
+        seg = np.array(batch["ids_segment_ids"])
+        for row in range(len(ids)):
+            for s in set(seg[row][seg[row] > 0].tolist()):
+                segments[int(ids[row][seg[row] == s][0]) // 1000] += 1
+    assert segments == {i: 1 for i in range(len(LENGTHS))}
+
+
+@pytest.mark.parametrize("name", ["num_parallel_pools", "num_parallel_parts"])
+def test_parallelism_must_be_positive(name):
+    make = tfseq.bucket_by_length if name == "num_parallel_pools" else (
+        lambda **kw: tfseq.pack(8, **kw))
+    with pytest.raises(ValueError, match=name):
+        make(max_tokens=64, **{name: 0})
