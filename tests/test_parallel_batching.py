@@ -70,13 +70,18 @@ def test_bucketing_with_buckets_and_multiples_is_the_same_at_any_parallelism():
 
 
 def test_bucketing_keeps_the_budget_and_fills_batches():
-    out = bucketed(2)
+    out = to_list(examples(LENGTHS).batch(64).apply(tfseq.bucket_by_length(
+        max_tokens=1024, pool_tokens=16384, seed=5, num_parallel_pools=2)))
     cells = [len(b["ids"]) * len(b["ids"][0]) for b in out]
     real = sum(sum(b["ids_length"]) for b in out)
-    assert max(cells) <= 256
-    # Pools' poorly filled batches wait in the tail pool: nearly every step is full.
-    assert -(-real // 256) / len(out) >= 0.95
-    assert real / sum(cells) >= 0.95
+    assert max(cells) <= 1024
+    # Pools' poorly filled batches wait in the tail pool. At these settings (lengths spread
+    # evenly over 1..61, five pools) the earlier design, which carried each pool's tail into
+    # the next pool in one sequential scan, gave 92 batches: step efficiency 0.924, padding
+    # efficiency 0.954. The fewest possible is 85.
+    assert len(out) <= 91
+    assert -(-real // 1024) / len(out) >= 0.93
+    assert real / sum(cells) >= 0.96
 
 
 def test_packing_is_the_same_at_any_parallelism():

@@ -470,7 +470,8 @@ class Bucketer:
         # The expensive work (sort, cut, gather of the rows in emission order) is per pool
         # and parallel; ``deterministic=True`` whatever the options say, so the batches are
         # the same at any parallelism. Only the tails (a few budgets a pool) meet in a scan.
-        sorted_pools = pools.map(plain(sort_pool), num_parallel_calls=parallel_calls(self.num_parallel_pools),
+        sorted_pools = pools.map(plain(sort_pool),
+                                 num_parallel_calls=parallel_calls(self.num_parallel_pools),
                                  deterministic=True)
         slices = tf.data.Dataset.from_tensor_slices
         return (sorted_pools.scan((tf.constant(0), lists.empty()), plain(merge_tails))

@@ -285,7 +285,7 @@ class Packer:
         groups = dataset if batched else dataset.ragged_batch(_GROUP_SIZE)
         groups = groups.enumerate().map(
             plain(lambda index, group: (self._flatten_group(layout, index, group), index)),
-            num_parallel_calls=tf.data.AUTOTUNE)
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         # A cheap scan collects groups into parts; the parts are packed independently, in
         # parallel (the packing itself is sequential within a part).
         lists = PoolLists(layout.part_spec())
