@@ -437,7 +437,7 @@ class Bucketer:
             all tail: it is split once with the tails still waiting, so a stream of one pool
             is batched as that pool alone."""
             pool = lists.concat(pool_lists)
-            batches, tail = tf.cond(is_last, lambda: (no_batches(pool), pool),
+            batches, tail = lazy_cond(is_last, lambda: (no_batches(pool), pool),
                                     lambda: self.split_pool(pool, pool_seed, False))
             return is_last, batches, tail, pool_seed
 
