@@ -31,8 +31,8 @@ test-all: test test-slow
 
 test-fast: test
 
-BENCHES := batching training packing pipeline splitting attention tbptt predict mixing multislot \
-           vocab setup
+BENCHES := batching training packing pipeline scaling splitting attention tbptt predict mixing \
+           multislot vocab setup
 
 bench: $(STAMP)
 	mkdir -p bench_out

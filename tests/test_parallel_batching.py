@@ -106,3 +106,4 @@ def test_parallelism_must_be_positive(name):
         lambda **kw: tfseq.pack(8, **kw))
     with pytest.raises(ValueError, match=name):
         make(max_tokens=64, **{name: 0})
+

@@ -52,3 +52,22 @@ def test_bench_pipeline_feeds_deliver_the_same_real_tokens(tmp_path):
     assert len({r["real_tokens"] for r in rows}) == 1
     assert rows[0]["real_tokens"] == 2 * 792_676  # the embedded English corpus, twice
     assert all(r["tokens_per_second"] > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_bench_scaling_feeds_deliver_the_same_real_tokens_at_any_parallelism(tmp_path):
+    # One pinned child at 1 core; the embedded corpus (both languages) in 4 files read once:
+    # raw, bucketing and packing (with 1 and 2 parallel pools/parts), each stage alone on
+    # cached input, and plain tf.data all deliver the same real tokens (none is over 512).
+    run_script("bench_scaling.py", "--cores=1", "--copies=1", "--files_out=4", "--repeats=1",
+               "--parallel=1,2", "--python_loop=false", f"--json_out={tmp_path / 's.json'}")
+    report = json.loads((tmp_path / "s.json").read_text())
+    rows = report["rows"]
+    assert [r["feed"] for r in rows] == [
+        "raw", "bucket parallel=1", "pack parallel=1", "bucket_alone parallel=1",
+        "pack_alone parallel=1", "bucket parallel=2", "pack parallel=2",
+        "bucket_alone parallel=2", "pack_alone parallel=2", "plain"]
+    assert {r["cores"] for r in rows} == {1}
+    assert len({r["real_tokens"] for r in rows}) == 1
+    assert rows[0]["real_tokens"] > 792_676  # the English side alone has that many
+    assert all(r["tokens_per_second"] > 0 for r in rows)

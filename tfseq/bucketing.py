@@ -24,11 +24,12 @@ a frozen dataclass; each stage runs alone on tensors):
 5. ``choose_carried``: the pool's last batch is not emitted: its examples go to the *tail
    pool*; with a budget, neither are the batches that fill less than 90% of their cells,
    worst first, up to 8 budgets' worth. The tail pool (a small sequential ``scan``) gathers
-   the tails of ``_TAIL_POOLS`` consecutive pools and is split by the same steps 2-6, its own
-   tail waiting for the next tail pool. The stream's last pool joins the tail pool whole and
-   ends the stream: only there is a part-filled batch emitted, so every batch but the last
-   has a multiple of ``batch_multiple`` rows. A stream of one pool is batched as that pool
-   alone.
+   the tails of ``_TAIL_POOLS`` consecutive pools (of each pool with ``shuffle=False``, so
+   inference that restores the input order holds about one pool) and is split by the same
+   steps 2-6, its own tail waiting for the next tail pool. The stream's last pool joins the
+   tail pool whole and ends the stream: only there is a part-filled batch emitted, so every
+   batch but the last has a multiple of ``batch_multiple`` rows. A stream of one pool is
+   batched as that pool alone.
 6. ``shuffle_batches``: the other batches go out in a random (seeded) order; at the end of the
    stream the last batch comes last. A tail pool's batches follow those of the pool that
    completed it.
@@ -291,7 +292,8 @@ def bucket_by_length(
     exactly once per pass, or dropped and counted under ``"too_long"``. Works on infinite
     (repeated) datasets and on the ``tf.data`` service. Memory: the pools in flight (one
     filling, up to ``num_parallel_pools`` being sorted, one being emitted) plus a tail pool
-    of at most ``_TAIL_POOLS`` x 9 budgets. Shuffle the examples upstream: a pool is a run of consecutive examples.
+    of at most ``_TAIL_POOLS`` x 9 budgets. Shuffle the examples upstream: a pool is a run of
+    consecutive examples.
 
     Args:
       max_tokens: int, the budget of cells per batch: rows x padded length <= max_tokens for
@@ -443,7 +445,7 @@ class Bucketer:
 
         def merge_tails(state, sorted_pool):
             """A ``scan`` step per pool: its tail joins the tail pool, which is split (its
-            own tail carried on) every ``_TAIL_POOLS`` pools and at the end of the stream."""
+            own tail carried on) every ``tail_pools`` pools and at the end of the stream."""
             waiting, tails = state
             is_last, batches, tail, pool_seed = sorted_pool
             tails = lists.push(tails, tail)
@@ -458,13 +460,16 @@ class Bucketer:
 
             # lazy_cond: the tail pool's split is instantiated when it first runs, not
             # optimized again for every new iterator.
-            state, tail_batches = lazy_cond(is_last | (waiting >= _TAIL_POOLS), split_tails,
+            state, tail_batches = lazy_cond(is_last | (waiting >= tail_pools), split_tails,
                                             keep_waiting)
             return state, (batches, tail_batches)
 
+        # In input order (no shuffle: inference that restores the order) each pool's tail is
+        # batched right after it, so a reorder buffer holds about one pool and a tail.
+        tail_pools = _TAIL_POOLS if self.shuffle else 1
         plain = tf.autograph.experimental.do_not_convert
         # Memory: the pools in flight (one filling, up to ``num_parallel_pools`` being sorted,
-        # one being emitted) plus the tail pool (at most ``_TAIL_POOLS`` tails).
+        # one being emitted) plus the tail pool (at most ``tail_pools`` tails).
         pools = fill_pools(chunks, lists, measure, max_tokens=self.pool_tokens,
                            max_rows=self.pool_size)
         # The expensive work (sort, cut, gather of the rows in emission order) is per pool
