@@ -54,8 +54,9 @@ Examples with no token in any feature cannot be represented by segment ids; they
 and counted as ``"empty"``.
 
 How: the input is cut into parts of about 128 batches' worth of tokens, packed independently
-of each other and in parallel (a few parts at once); each part ends with its open rows
-flushed, so its last batch may be part-filled (about 1/128 of the batches at most).
+of each other and in parallel (``num_parallel_parts`` at once, by default as many as the
+process has cores); each part ends with its open rows flushed, so its last batch may be
+part-filled (about 1/128 of the batches at most).
 
 Each part goes to one strategy (one class each):
 
