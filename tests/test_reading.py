@@ -100,3 +100,36 @@ def test_embedded_corpus_is_gzip_with_every_verse():
     assert tfseq.corpus_path("rv1909_es").endswith("rv1909_es.tsv.gz")
     with pytest.raises(ValueError, match="Unknown corpus"):
         tfseq.corpus_path("latin")
+
+
+# Plain files on the batched path are read in blocks of bytes and split in the graph; the
+# batches must be exactly TextLineDataset's lines, batched per file.
+TRICKY = (b"\xef\xbb\xbfbom first\r\nsecond \xc3\xa9\r\n\r\nlone\rcr\n" + b"x" * 700 + b"\n"
+          + b"".join(b"line %d \xe2\x82\xac\n" % i for i in range(300)) + b"no newline at end")
+
+
+@pytest.mark.parametrize("content", [TRICKY, TRICKY + b"\n", b"", b"\n", b"\n\n", b"a"])
+@pytest.mark.parametrize("batch_size", [1, 7, 512])
+def test_block_reader_gives_the_line_readers_batches(tmp_path, monkeypatch, content,
+                                                     batch_size):
+    monkeypatch.setattr(tfseq.reading, "_BLOCK_BYTES", 64)  # lines span many blocks
+    path = str(tmp_path / "f.txt")
+    with open(path, "wb") as f:
+        f.write(content)
+    for kwargs, reference in [
+            ({}, tf.data.TextLineDataset(path)),
+            ({"header": True}, tf.data.TextLineDataset(path).skip(1)),
+            ({"num_shards": 3, "shard_index": 1}, tf.data.TextLineDataset(path).shard(3, 1)),
+            ({"num_shards": 2, "shard_index": 0, "header": True},
+             tf.data.TextLineDataset(path).skip(1).shard(2, 0))]:
+        got = to_list(tfseq.text_lines(path, batch_size=batch_size, **kwargs))
+        want = to_list(reference.batch(batch_size).map(tfseq.reading._strip_bom))
+        assert got == want, kwargs
+
+
+def test_block_reader_interleaves_files_batch_by_batch(tmp_path, monkeypatch):
+    monkeypatch.setattr(tfseq.reading, "_BLOCK_BYTES", 32)
+    for name, n in [("a", 5), ("b", 0), ("c", 3)]:
+        (tmp_path / f"{name}.txt").write_text("".join(f"{name}{i}\n" for i in range(n)))
+    got = to_list(tfseq.text_lines(str(tmp_path / "*.txt"), batch_size=2))
+    assert got == [["a0", "a1"], ["c0", "c1"], ["a2", "a3"], ["c2"], ["a4"]]

@@ -126,7 +126,9 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
         one file instead of single lines (files are then interleaved batch by batch). Every
         vectorized stage (``filter_lines``, ``tokenize``) keeps the batches, and
         ``bucket_by_length``/``pack`` take them whole: the fast path, with no tf.data call per
-        line (see "Input pipeline throughput" in docs/benchmarks.md).
+        line (see "Input pipeline throughput" in docs/benchmarks.md). Plain (uncompressed)
+        files are then read in blocks of 1 MiB that are split into lines in the graph (~1.4x
+        the line reader's rate, the same batches); gzip files go through the line reader.
       header: skip the first line of every file (a header row).
       shuffle_lines: a global line shuffle, every epoch a new order (the same for the same
         ``seed``), every line exactly once, checkpointable iterators: batches from a sorted
@@ -188,12 +190,20 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
             if kind == "GZIP":
                 verify_gzip(path)
 
-    file_ds = tf.data.Dataset.from_tensor_slices((files, kinds))
+    # Plain files, batched: read in blocks of bytes and split into lines in the graph (one
+    # tf.data element per block, not per line); the same batches as the line reader below.
+    in_blocks = batch_size is not None and all(kind == "" for kind in kinds)
+    sizes = [tf.io.gfile.stat(f).length if in_blocks else 0 for f in files]
+    file_ds = tf.data.Dataset.from_tensor_slices((files, kinds, tf.constant(sizes, tf.int64)))
     if shuffle_files and len(files) > 1:
         file_ds = file_ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
     cycle = num_parallel_reads or min(len(files), 16)
 
-    def read(path, kind):
+    def read(path, kind, size):
+        if in_blocks:
+            return _block_lines(path, size, header=header,
+                                shard=(num_shards, shard_index) if shard_lines else None
+                                ).rebatch(batch_size)
         lines = tf.data.TextLineDataset(path, compression_type=kind, buffer_size=buffer_size)
         if header:
             lines = lines.skip(1)
@@ -206,12 +216,12 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
         return lines.batch(batch_size)
 
     if batch_size is not None:
-        batches = read(files[0], kinds[0]) if len(files) == 1 else file_ds.interleave(
+        batches = read(files[0], kinds[0], sizes[0]) if len(files) == 1 else file_ds.interleave(
             read, cycle_length=cycle, block_length=1,
             num_parallel_calls=tf.data.AUTOTUNE if cycle > 1 else None)
         return batches.map(_strip_bom, num_parallel_calls=tf.data.AUTOTUNE)
     if len(files) == 1:
-        lines = read(files[0], kinds[0])
+        lines = read(files[0], kinds[0], sizes[0])
     else:
         lines = file_ds.interleave(
             read, cycle_length=cycle, block_length=1,
@@ -248,6 +258,50 @@ def _shuffled_lines(patterns, *, compression, seed, num_parallel_reads, num_shar
 
 
 _SHUFFLE_READ_BATCH = 8192  # lines per read batch inside the shuffle
+_BLOCK_BYTES = 1 << 20      # bytes per read of a plain file on the batched path
+
+
+def _block_lines(path: tf.Tensor, size: tf.Tensor, *, header: bool,
+                 shard: tuple[int, int] | None) -> tf.data.Dataset:
+    """The lines of a plain (uncompressed) file as ``tf.string [n]`` vectors, one per block of
+    ``_BLOCK_BYTES`` bytes read, exactly as ``TextLineDataset`` splits them: ``\\n`` ends a
+    line, every ``\\r`` is removed, no empty line after a final ``\\n``.
+
+    A ``scan`` carries the unfinished last line of each block into the next; the block
+    count (from ``size``, the file's bytes when the graph was built) marks the last one.
+    ``header`` drops the file's first line; ``shard = (num_shards, index)`` keeps the lines
+    ``index, index + num_shards, ...`` of the rest, as ``lines.skip(1).shard(...)`` would.
+    """
+    size = tf.cast(size, tf.int64)
+    block_bytes = tf.constant(_BLOCK_BYTES, tf.int64)
+    tail = size % block_bytes
+    num_blocks = size // block_bytes + tf.cast(tail > 0, tf.int64)
+    full = tf.data.FixedLengthRecordDataset(path, block_bytes, footer_bytes=tail)
+    last = tf.data.FixedLengthRecordDataset(
+        path, tf.maximum(tail, 1), header_bytes=tf.maximum(size - tf.maximum(tail, 1), 0)
+    ).take(tf.cast(tail > 0, tf.int64))
+    blocks = tf.data.Dataset.zip(tf.data.Dataset.range(num_blocks), full.concatenate(last))
+    skip = 1 if header else 0
+
+    def split(state, indexed_block):
+        carry, seen = state
+        index, block = indexed_block
+        text = carry + tf.strings.regex_replace(block, "\r", "")
+        parts = tf.strings.split(text, "\n")
+        n = tf.size(parts)
+        ends_line = tf.equal(tf.strings.substr(
+            text, tf.maximum(tf.strings.length(text) - 1, 0), 1), "\n") | tf.equal(text, "")
+        # The last part is unfinished, unless it is the file's last line without a "\n".
+        done = tf.where(tf.equal(index, num_blocks - 1) & tf.logical_not(ends_line), n, n - 1)
+        lines = parts[:done]
+        line_no = seen + tf.range(tf.cast(done, tf.int64)) - skip   # after the header
+        keep = line_no >= 0
+        if shard is not None:
+            keep &= tf.equal(line_no % shard[0], shard[1])
+        return (parts[n - 1], seen + tf.cast(done, tf.int64)), tf.boolean_mask(lines, keep)
+
+    plain = tf.autograph.experimental.do_not_convert
+    return blocks.scan((tf.constant(""), tf.constant(0, tf.int64)), plain(split))
 
 
 def _strip_bom(line: tf.Tensor) -> tf.Tensor:
