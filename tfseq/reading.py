@@ -121,7 +121,7 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
         otherwise lines are sharded round-robin. The shards together cover every line once.
       verify: check gzip files end to end before building the graph (a truncated gzip file
         raises ``ValueError`` naming it). Results are cached per (path, size, mtime).
-      buffer_size: read buffer per file, in bytes.
+      buffer_size: read buffer per file, in bytes (the line reader's; see ``batch_size``).
       batch_size: emit ``tf.string [n]`` batches of up to ``batch_size`` consecutive lines of
         one file instead of single lines (files are then interleaved batch by batch). Every
         vectorized stage (``filter_lines``, ``tokenize``) keeps the batches, and
@@ -129,6 +129,8 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
         line (see "Input pipeline throughput" in docs/benchmarks.md). Plain (uncompressed)
         files are then read in blocks of 1 MiB that are split into lines in the graph (~1.4x
         the line reader's rate, the same batches); gzip files go through the line reader.
+        The blocks are cut from each file's size when the dataset is built: files must not
+        change while they are read.
       header: skip the first line of every file (a header row).
       shuffle_lines: a global line shuffle, every epoch a new order (the same for the same
         ``seed``), every line exactly once, checkpointable iterators: batches from a sorted
