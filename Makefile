@@ -4,14 +4,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL := 2
-export PYTHONPATH := $(CURDIR)
 
 .PHONY: demo test test-slow test-all test-fast bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): setup.py | $(PY)
+$(STAMP): setup.py pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)

@@ -3,7 +3,8 @@
 The repository keeps its layout (``tfseq/`` the library, ``pipelines/`` the tasks, ``models/``
 their Keras models, ``scripts/`` the binaries); the wheel maps the last three into the ``tfseq``
 namespace (``tfseq.pipelines``, ``tfseq.models``, ``tfseq.scripts``), so ``tfseq`` is its only
-top-level package. In a checkout ``tfseq/__init__.py`` maps them the same way.
+top-level package. In a checkout the editable install (``pip install -e .``, what ``make`` runs;
+PEP 660, ``setuptools>=64`` per ``pyproject.toml``) maps them the same way.
 """
 
 from setuptools import find_packages, setup

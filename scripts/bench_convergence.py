@@ -89,11 +89,9 @@ import json
 import math
 import os
 import random
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402

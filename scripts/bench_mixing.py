@@ -26,12 +26,10 @@ from __future__ import annotations
 import json
 import os
 import random
-import sys
 import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402

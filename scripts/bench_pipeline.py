@@ -35,12 +35,10 @@ import gzip
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402

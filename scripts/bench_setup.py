@@ -35,8 +35,6 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-if __name__ == "__main__":  # python scripts/bench_setup.py, from a checkout
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
@@ -106,7 +104,7 @@ def plain_read_seconds(path: str) -> float:
 
 def run_train(args: list[str]) -> dict:
     """Runs the training binary; returns wall seconds, peak RSS (MB) and its stderr."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     start = time.perf_counter()
     child = subprocess.Popen([sys.executable, FLAGS.train_py, *args], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

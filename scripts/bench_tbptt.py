@@ -44,7 +44,6 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from absl import app, flags  # noqa: E402
 
@@ -205,7 +204,7 @@ def main(argv):
             spec = json.dumps({"dataset": dataset, "variant": variant, "files": files,
                                "text_field": text_field, "vocab": vocab_path})
             command = [sys.executable, os.path.abspath(__file__), f"--worker={spec}", *own]
-            env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
             done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
             result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
             if done.returncode or not result:

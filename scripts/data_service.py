@@ -34,8 +34,6 @@ from __future__ import annotations
 import os
 import sys
 
-if __name__ == "__main__":  # python scripts/data_service.py, from a checkout
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags, logging  # noqa: E402
 

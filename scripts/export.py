@@ -17,10 +17,7 @@ trust.
 from __future__ import annotations
 
 import os
-import sys
 
-if __name__ == "__main__":  # python scripts/export.py, from a checkout
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402

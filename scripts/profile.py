@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-if __name__ == "__main__":  # python scripts/profile.py, from a checkout
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags  # noqa: E402
 

@@ -17,12 +17,6 @@ described in ``tfseq.pipelines.corpora`` (``pipelines/corpora.py``).
 
 from __future__ import annotations
 
-import os
-import sys
-
-if __name__ == "__main__":  # python scripts/tagged_corpus.py, from a checkout
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 from absl import app, flags  # noqa: E402
 
 from tfseq.pipelines.corpora import DEFAULT_BROWN_DIR, INSTALL, convert  # noqa: E402

@@ -39,8 +39,6 @@ import sys
 import time
 import warnings
 
-if __name__ == "__main__":  # python scripts/train.py, from a checkout
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402

@@ -32,7 +32,7 @@ def free_port():
 
 
 def start(args, log_path):
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     log = open(log_path, "w")
     return subprocess.Popen([sys.executable, SCRIPT, *args], stdout=log, stderr=subprocess.STDOUT,
                             env=env, start_new_session=True)
@@ -280,7 +280,7 @@ def test_train_binary_on_the_service_writes_the_report_of_every_mode(service, tm
         + " ".join(f"{books[i % 7].lower()}{j % 5}" for j in range(i % 9 + 2)) + "\n"
         for i in range(280)))
     run = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, "scripts", "train.py"),
          f"--files={tmp_path / 'tiny.tsv'}", "--num_replicas=2", f"--data_service={address}",

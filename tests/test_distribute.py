@@ -185,7 +185,7 @@ def test_replica_dataset_fn_through_data_service(data_service):
 @pytest.mark.slow
 def test_model_fit_on_four_logical_cpus_matches_one_device(tmp_path):
     out = tmp_path / "report.json"
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     subprocess.run([sys.executable, os.path.join(ROOT, "tests", "multi_replica_fit.py"),
                     str(out), "4"], env=env, check=True, timeout=600,
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -92,13 +92,13 @@ def test_two_workers_step_equally_and_match_a_two_replica_process(tmp_path):
     try:
         for index in range(2):
             tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-            env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2",
+            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
                    "TF_CONFIG": json.dumps(tf_config)}
             processes.append(subprocess.Popen(
                 [sys.executable, os.path.abspath(__file__), "worker", str(tmp_path / f"{index}.json")],
                 env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{index}.log", "w"),
                 start_new_session=True))
-        env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
         env.pop("TF_CONFIG", None)
         processes.append(subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "reference", str(tmp_path / "ref.json")],
@@ -141,7 +141,7 @@ def test_train_binary_two_workers_one_epoch(tmp_path):
     try:
         for index in range(2):
             tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-            env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2",
+            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
                    "TF_CONFIG": json.dumps(tf_config)}
             processes.append(subprocess.Popen(
                 [sys.executable, os.path.join(ROOT, "scripts", "train.py"),

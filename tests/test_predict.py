@@ -134,7 +134,7 @@ def test_bad_arguments_name_the_problem(tiny_exports, tmp_path):
 
 @pytest.mark.slow
 def test_binary_writes_output_and_report_and_fails_cleanly(tiny_exports, tmp_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     (tmp_path / "in.txt").write_text("gen0 gen1\n\nrev3\n")
     script = os.path.join(ROOT, "scripts", "predict.py")
     out = subprocess.run(

@@ -96,7 +96,7 @@ def run_all(out_path, tmp_dir):
 @pytest.mark.slow
 def test_two_replica_run_killed_mid_epoch_resumes_exactly_once(tmp_path):
     out = tmp_path / "out.json"
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     subprocess.run([sys.executable, os.path.abspath(__file__), str(out), str(tmp_path)],
                    env=env, check=True, timeout=240, stdout=subprocess.DEVNULL)
     got = json.loads(out.read_text())

@@ -144,7 +144,7 @@ def elastic_child(out_path, corpus, model_dir, batching, replicas, max_steps):
 def test_a_run_resumes_on_another_number_of_replicas_at_the_same_global_budget(
         tmp_path, batching, changes):
     corpus = write_corpus(tmp_path / "sorted.tsv", lines=600)
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
     def run(name, replicas, max_steps=0):
         out = tmp_path / f"{name}-{replicas}.json"
@@ -167,7 +167,7 @@ def test_a_run_resumes_on_another_number_of_replicas_at_the_same_global_budget(
 # ----------------------------------------------------------------------------- the binary
 
 def train(*args, env=None, timeout=600):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, **(env or {}))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
     return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train.py"), *args],
                           capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
 
@@ -218,7 +218,7 @@ def kill_child(corpus, run, env):
     return subprocess.Popen(
         [sys.executable, os.path.join(ROOT, "scripts", "train.py"),
          *common(corpus, run, checkpoint_every=2)],
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, **env),
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
 
@@ -270,7 +270,7 @@ def test_report_has_one_schema_single_replicated_and_two_workers(tmp_path):
     children = [subprocess.Popen(
         [sys.executable, os.path.join(ROOT, "scripts", "train.py"),
          *common(corpus, tmp_path / "workers", strategy="multi_worker")],
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                  TF_CONFIG=json.dumps({"cluster": {"worker": cluster},
                                        "task": {"type": "worker", "index": i}})),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]

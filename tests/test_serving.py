@@ -242,7 +242,7 @@ def test_translate_export_matches_greedy_decode(tmp_path):
 def test_train_binary_with_two_replicas_writes_an_export_that_serves_its_weights(tmp_path):
     corpus = write_tiny_corpus(tmp_path / "tiny.tsv")
     run = tmp_path / "run"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, "scripts", "train.py"), f"--files={corpus}",
          "--num_replicas=2", "--epochs=1", f"--model_dir={run}", "--verbose=1"],

@@ -26,7 +26,7 @@ def sorted_corpus(path, lines=2000):
 
 
 def train(*args, env=None):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, **(env or {}))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
     return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train.py"), *args],
                           capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
 

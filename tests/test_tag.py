@@ -133,7 +133,7 @@ def test_train_export_and_predict_tags_one_line_per_input_line(tmp_path):
     data = sentences(300)
     path = write_tagged(tmp_path / "train.conll", data)
     run = tmp_path / "run"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, "scripts", "train.py"), "--task=tag",
          f"--train_files={path}", "--columns=token,tag", "--batching=pack", "--epochs=8",

@@ -26,7 +26,7 @@ def tiny_corpus(tmp_path):
 
 
 def train(*args, timeout=300):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train.py"), *args],
                           capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
 

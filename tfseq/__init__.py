@@ -8,31 +8,6 @@ import os as _os
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def _map_checkout_packages() -> None:
-    """In a source checkout the repository's top-level ``pipelines/``, ``models/`` and
-    ``scripts/`` are ``tfseq.pipelines``, ``tfseq.models`` and ``tfseq.scripts``, as in the
-    installed wheel (``setup.py`` maps them there). Nothing to do when installed."""
-    import importlib.util
-    import sys
-
-    here = _os.path.dirname(_os.path.abspath(__file__))
-    root = _os.path.dirname(here)
-    for name in ("pipelines", "models", "scripts"):
-        if f"{__name__}.{name}" in sys.modules or _os.path.isdir(_os.path.join(here, name)):
-            continue
-        init = _os.path.join(root, name, "__init__.py")
-        if not _os.path.isfile(init):
-            continue
-        spec = importlib.util.spec_from_file_location(
-            f"{__name__}.{name}", init, submodule_search_locations=[_os.path.dirname(init)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        globals()[name] = module
-
-
-_map_checkout_packages()
-
 # --- foundation: reading, vocab, tokenizing, filtering, padding, stats
 from tfseq.reading import text_lines
 from tfseq import shuffling
