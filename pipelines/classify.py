@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfseq import serving
-from tfseq.formats import InputError
+from tfseq.errors import InputError
 from tfseq.model_inputs import ModelFeatures
 from tfseq.pipelines import verses
 from tfseq.pipelines.config import TextConfig

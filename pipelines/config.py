@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 
 from tfseq.batching import MODES, Batching
-from tfseq.formats import InputError
+from tfseq.errors import InputError
 
 LONG_EXAMPLES = ("truncate", "drop")
 

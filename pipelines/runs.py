@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 
 from tfseq.pipelines import sources
@@ -127,23 +128,44 @@ def open_run(model_dir: str, task, config, *, model_config, replicas: int = 1,
       ChangedRun: a resume whose settings differ from the run's.
       InputError: bad input (see ``TextTask.prepare``).
     """
-    os.makedirs(model_dir, exist_ok=True)
-    path = os.path.join(model_dir, RUN_FILE)
+    # Settings no run can use are refused before anything is written: a corrected command in
+    # the same model_dir is then a new run, not a changed one.
+    config.check()
+    task.batching(config)
     new = settings(task, config, model_config=model_config, replicas=replicas, workers=workers)
+    path = os.path.join(model_dir, RUN_FILE)
+    if worker == 0 and not os.path.exists(path):
+        created = not os.path.exists(model_dir)
+        try:
+            return _new_run(model_dir, task, config, new, workers=workers, worker=worker,
+                            write=write)
+        except BaseException:
+            if created:  # a failed start leaves no directory behind
+                shutil.rmtree(model_dir, ignore_errors=True)
+            raise
+    os.makedirs(model_dir, exist_ok=True)
     shard_dir = os.path.join(model_dir, "data", "shuffle" if workers == 1
                              else f"shuffle-worker-{worker}")
     shards = task.record_shards(config, num_workers=workers, worker=worker, directory=shard_dir)
     if worker > 0:
         _wait_for(path, wait_seconds)
-    if os.path.exists(path):
-        with open(path) as f:
-            saved = json.load(f)
-        changes = compare(saved, new)
-        if changes:
-            raise ChangedRun(model_dir, changes)
-        state = TaskState.load(model_dir, list(task.vocab_columns), list(task.label_columns))
-        setup = spill(task, config, shards, new["input"], write=write)
-        return Run(state, shards, setup, new, resumed=True)
+    with open(path) as f:
+        saved = json.load(f)
+    changes = compare(saved, new)
+    if changes:
+        raise ChangedRun(model_dir, changes)
+    state = TaskState.load(model_dir, list(task.vocab_columns), list(task.label_columns))
+    setup = spill(task, config, shards, new["input"], write=write)
+    return Run(state, shards, setup, new, resumed=True)
+
+
+def _new_run(model_dir: str, task, config, new: dict, *, workers: int, worker: int,
+             write) -> Run:
+    """Starts the run: reads the training records once, writes the state and ``run.json``."""
+    os.makedirs(model_dir, exist_ok=True)
+    shard_dir = os.path.join(model_dir, "data", "shuffle" if workers == 1
+                             else f"shuffle-worker-{worker}")
+    shards = task.record_shards(config, num_workers=workers, worker=worker, directory=shard_dir)
     spill_here = workers == 1
     state, setup = task.prepare(config, shards=shards if spill_here else None,
                                 fingerprint=new["input"], write=write)
@@ -151,7 +173,7 @@ def open_run(model_dir: str, task, config, *, model_config, replicas: int = 1,
         # Each worker spills its own share of the files: one more read of that share.
         setup.passes += spill(task, config, shards, new["input"], write=write).passes
     state.save(model_dir)
-    _write_json(path, new)
+    _write_json(os.path.join(model_dir, RUN_FILE), new)
     return Run(state, shards, setup, new, resumed=False)
 
 

@@ -24,7 +24,8 @@ from typing import Callable, Sequence
 import tensorflow as tf
 
 from tfseq import formats
-from tfseq.formats import InputError, RowFormat
+from tfseq.errors import InputError
+from tfseq.formats import RowFormat
 from tfseq.stats import DropCounter
 
 READ_BATCH = formats.READ_BATCH

@@ -44,7 +44,7 @@ from tfseq.pipelines.state import PassReport, TaskState, prepare, spill
 from tfseq._common import pipeline_options
 from tfseq.batching import Batching
 from tfseq.filtering import line_checks
-from tfseq.formats import InputError
+from tfseq.errors import InputError
 from tfseq.model_inputs import ModelFeatures
 from tfseq.resumable import RecordShards, ResumableStream, num_shards_for
 from tfseq.splitting import split

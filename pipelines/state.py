@@ -30,7 +30,7 @@ from typing import Callable
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from tfseq.formats import InputError
+from tfseq.errors import InputError
 from tfseq.progress import Progress, heartbeat
 from tfseq.stats import DropCounter
 from tfseq.text import LEARNED_TOKENIZERS, RESERVED, Vocab, get_tokenizer
@@ -168,6 +168,7 @@ def prepare(task, config, source, *, shards=None, fingerprint=None,
                              f"--format, --columns and --header){_first_bad(source)}")
         labels[column] = tuple(names)
     task.check_labels(labels)
+    check_label_values(task, config, {c: labels[c] for c in discover}, report.records, write)
     vocabs = dict(loaded)
     for name in learn:
         start = time.perf_counter()
@@ -314,5 +315,54 @@ def _make_vocab(config, name, sample, counts, write, source) -> Vocab:
                          f"{source.description} parsed (check --format, --columns and "
                          f"--header; the report's drop counts say why records were dropped)"
                          f"{_first_bad(source)}")
+    if counts is None and write is not None and len(vocab) < config.vocab_size * 0.9:
+        write(f"note: the learned{what} vocabulary has {len(vocab):,} entries, fewer than "
+              f"--vocab_size={config.vocab_size:,}: the training text has no more distinct "
+              "pieces to learn (a smaller --vocab_size gives the same vocabulary)")
     return vocab
+
+
+# A label column with more distinct values than this and than half the records is a text
+# column read as labels (e.g. --columns=text,label on label<TAB>text files).
+MANY_LABELS = 100
+
+
+def check_label_values(task, config, labels: dict, records: int, write=None) -> None:
+    """Refuses label sets that say the columns are wrong, before anything is trained.
+
+    Raises:
+      InputError: a label column with more distinct values than ``MANY_LABELS`` and than half
+        the training records (a text column read as labels); a label equal to its column's
+        name without ``--header`` (a header line read as a record); eval files none of whose
+        labels occur in the training files (the whole eval set would be dropped).
+    """
+    for column, names in labels.items():
+        if len(names) > MANY_LABELS and 2 * len(names) > records:
+            examples = ", ".join(repr(n[:40]) for n in names[:3])
+            raise InputError(
+                f"the {column} column has {len(names):,} distinct values in {records:,} "
+                f"training records (e.g. {examples}): that is a text column; check --columns "
+                f"(now {','.join(config.columns) or 'the default'})")
+        if not config.header and column.lower() in (n.lower() for n in names):
+            raise InputError(f"a {column} value is {column!r}, the column's name: the first "
+                             "line of a file is a header; add --header")
+    if not getattr(config, "eval_files", ()) or not labels:
+        return
+    eval_source = task.source(config, "eval")
+    found = {c: set() for c in labels}
+    _read_once(task, config, eval_source, {}, list(labels), found, PassReport(), None, None)
+    for column, names in labels.items():
+        unknown = sorted(v for v in found[column] if v and v not in set(names))
+        if not unknown:
+            continue
+        listed = ", ".join(repr(v) for v in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+        if len(unknown) == len([v for v in found[column] if v]):
+            known = ", ".join(repr(v) for v in names[:5]) + (" ..." if len(names) > 5 else "")
+            raise InputError(f"no {column} of the eval files occurs in the training files "
+                             f"(eval: {listed}; training: {known}): every eval record would "
+                             "be dropped; fix the labels (they are case-sensitive)")
+        if write is not None:
+            write(f"note: {len(unknown)} {column} value(s) of the eval files never occur in "
+                  f"the training files ({listed}): those eval records are dropped "
+                  "(unknown_label)")
 

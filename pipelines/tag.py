@@ -33,7 +33,7 @@ import dataclasses
 import tensorflow as tf
 
 from tfseq import formats, serving
-from tfseq.formats import InputError
+from tfseq.errors import InputError
 from tfseq.model_inputs import ModelFeatures
 from tfseq.pipelines import sources
 from tfseq.pipelines.config import TextConfig

@@ -1,22 +1,66 @@
 """The binaries (``tfseq-train``, ``tfseq-predict``, ``tfseq-export``, ``tfseq-profile``,
-``tfseq-data-service``) and the benchmark scripts; installed as ``tfseq.scripts``."""
+``tfseq-data-service``) and the benchmark scripts; installed as ``tfseq.scripts``.
+
+Every binary runs through ``run_command``, so all of them fail the same way: one line
+``tfseq-<command>: error: <what is wrong and the fix>`` on stderr and exit status 2, for a bad
+flag, a flag conflict or bad input; ``--help`` exits 0.
+"""
 
 import sys
+
+COMMANDS = {"train": "tfseq-train", "predict": "tfseq-predict", "export": "tfseq-export",
+            "profile": "tfseq-profile", "data_service": "tfseq-data-service"}
+HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
+USAGE_ERROR = 2  # the status of a command that cannot run as given (as argparse's)
+
+
+def command_name(module_name: str) -> str:
+    """``tfseq.scripts.train`` -> ``tfseq-train`` (other scripts: their file name)."""
+    short = module_name.rsplit(".", 1)[-1]
+    return COMMANDS.get(short, short)
+
+
+def fail(command: str, message: str) -> None:
+    """Exits with status 2 after one line ``<command>: error: <message>`` on stderr."""
+    print(f"{command}: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(USAGE_ERROR)
 
 
 def run_command(module_name: str, main) -> None:
     """Runs ``main`` as an absl program whose ``--help`` shows the binary's docstring and flags,
-    also when started through a console command (whose ``__main__`` is pip's small wrapper)."""
-    from absl import app, flags
+    also when started through a console command (whose ``__main__`` is pip's small wrapper).
+
+    A flag error, an ``app.UsageError`` or a ``tfseq.errors.InputError`` from ``main`` is one
+    line and exit status 2 (``fail``), never the whole usage or a traceback (``-v 1`` logs
+    the traceback)."""
+    from absl import app, flags, logging
+
+    from tfseq.errors import InputError
 
     module = sys.modules[module_name]
+    spec = getattr(module, "__spec__", None)  # python -m tfseq.scripts.train: __main__
+    command = command_name(spec.name if spec is not None else module_name)
     sys.modules["__main__"].__doc__ = module.__doc__
     for flag in flags.FLAGS.get_flags_for_module(module_name):
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
     from tfseq._common import traced_as_written
 
-    def traced_main(argv):
-        with traced_as_written():  # the binaries' data functions need no AutoGraph
-            return main(argv)
+    def parse(argv):
+        try:
+            return flags.FLAGS(argv)
+        except flags.Error as e:
+            fail(command, f"{e} (see {command} --help)")
+        except SystemExit as e:  # absl's --help exits 1 after printing it: asked for, so 0
+            if any(arg.split("=")[0] in HELP_FLAGS for arg in argv[1:]):
+                sys.exit(0)
+            raise
 
-    app.run(traced_main)
+    def traced_main(argv):
+        try:
+            with traced_as_written():  # the binaries' data functions need no AutoGraph
+                return main(argv)
+        except (app.UsageError, InputError) as e:
+            logging.debug("%s failed", command, exc_info=True)  # shown with -v 1
+            fail(command, str(e))
+
+    app.run(traced_main, flags_parser=parse)

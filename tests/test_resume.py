@@ -209,7 +209,7 @@ def test_changed_settings_stop_before_training_naming_each_change(tmp_path):
         f.write("east\tt9999 east1 brand new words\n")
     out = train(*common(corpus, run))
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert f"training file {corpus}: size" in out.stderr
+    assert f"input file {corpus}: size" in out.stderr
     assert f"--vocab={run / 'vocab.txt'}" in out.stderr
     assert (run / "vocab.txt").read_text() == saved_vocab
 
@@ -246,6 +246,27 @@ def test_sigkill_at_any_moment_then_the_same_command_continues(tmp_path, fault):
     assert report["counters"]["train"]["seen"]["lines_read"] == 600
     if fault == "mid_save:4":
         assert "ckpt-4.index" in out.stderr and "written only in part" in out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["TERM", "INT"])
+def test_a_preempted_run_exits_non_zero_and_the_same_command_finishes_it(tmp_path, sig):
+    corpus = write_corpus(tmp_path / "sorted.tsv", lines=300)
+    run = tmp_path / "run"
+    flags = common(corpus, run, export="true")
+    out = train(*flags, env={"TFSEQ_FAULT": f"after_step:3:{sig}"})
+    # 128 + the signal, as a shell reports it: schedulers requeue, `&&` stops.
+    assert out.returncode == 128 + getattr(signal, "SIG" + sig), out.stderr[-3000:]
+    report = json.loads((run / "report.json").read_text())
+    assert report["interrupted"] and report["steps"] == 3
+    assert not (run / "export").exists()  # preempted: no export of a model in the middle
+    out = train(*flags)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((run / "report.json").read_text())
+    assert not report["interrupted"] and report["epochs"] == 1
+    assert report["counters"]["train"]["seen"]["lines_read"] == 300
+    assert report["resumed_at_step"] == 3 and "resumed at step 3" in out.stdout
+    assert (run / "export" / "saved_model.pb").exists()
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import pytest
 
 import tfseq
 from tfseq.batching import Batching
-from tfseq.formats import InputError
+from tfseq.errors import InputError
 from tfseq.pipelines import classify, lm, runs, tag, tasks, translate
 from tfseq.pipelines.state import TaskState
 
@@ -87,3 +87,66 @@ def test_a_resume_compares_the_global_budget_and_names_every_change(tmp_path):
         runs.Change("global_budget.max_tokens", 4096, 2048),
         runs.Change("model.hidden_dim", 64, 8),
         runs.Change("input", str(corpus), "content changed, same size")]
+
+
+def _classify_files(tmp_path, train_lines, eval_lines=None, **changes):
+    train = tmp_path / "train.tsv"
+    train.write_text("".join(line + "\n" for line in train_lines))
+    fields = {"train_files": (str(train),), "columns": ("label", "text")}
+    if eval_lines is not None:
+        held = tmp_path / "eval.tsv"
+        held.write_text("".join(line + "\n" for line in eval_lines))
+        fields["eval_files"] = (str(held),)
+    return classify.Config(**{**fields, **changes})
+
+
+def test_swapped_columns_are_refused_naming_the_column(tmp_path):
+    lines = [f"{'pos' if i % 2 else 'neg'}\tsentence number {i} here" for i in range(300)]
+    config = _classify_files(tmp_path, lines, columns=("text", "label"))
+    with pytest.raises(InputError) as error:
+        classify.TASK.prepare(config)
+    assert str(error.value).startswith(
+        "the label column has 264 distinct values in 300 training records (e.g. 'sentence "
+        "number 0 here', 'sentence number 10 here', 'sentence number 100 here'): that is a "
+        "text column; check --columns (now text,label)")  # 264: the rest are held out
+
+
+def test_a_header_read_as_a_record_is_refused(tmp_path):
+    lines = ["label\ttext"] + [f"{'pos' if i % 2 else 'neg'}\tw{i % 3} x" for i in range(20)]
+    with pytest.raises(InputError, match="a label value is 'label', the column's name: the "
+                                         "first line of a file is a header; add --header"):
+        classify.TASK.prepare(_classify_files(tmp_path, lines))
+    state, _ = classify.TASK.prepare(_classify_files(tmp_path, lines, header=True))
+    assert state.labels == {"label": ("neg", "pos")}
+
+
+def test_eval_labels_that_never_occur_in_training_are_named(tmp_path):
+    train = [f"{'tech' if i % 2 else 'sport'}\tw{i} x" for i in range(20)]
+    config = _classify_files(tmp_path, train, ["TECH\tw1 x", "SPORT\tw2 x"])
+    with pytest.raises(InputError) as error:
+        classify.TASK.prepare(config)
+    assert str(error.value) == (
+        "no label of the eval files occurs in the training files (eval: 'SPORT', 'TECH'; "
+        "training: 'sport', 'tech'): every eval record would be dropped; fix the labels (they "
+        "are case-sensitive)")
+    notes = []
+    config = _classify_files(tmp_path, train, ["tech\tw1 x", "TECH\tw2 x"])
+    state, _ = classify.TASK.prepare(config, write=notes.append)
+    assert state.labels == {"label": ("sport", "tech")}
+    assert ("note: 1 label value(s) of the eval files never occur in the training files "
+            "('TECH'): those eval records are dropped (unknown_label)") in notes
+
+
+def test_a_refused_budget_writes_nothing_into_the_model_dir(tmp_path):
+    config = _classify_files(tmp_path, ["a\tx y", "b\tz"], batching="bucket", max_tokens=64)
+    model_dir = tmp_path / "run"
+    with pytest.raises(InputError, match="max_tokens=64 cannot hold one example of 128"):
+        runs.open_run(str(model_dir), classify.TASK, config,
+                      model_config=classify.TASK.model_config())
+    assert not model_dir.exists()
+    # A failed start (an unreadable file) removes the directory it created.
+    config = dataclasses.replace(config, max_tokens=2048, columns=("label", "text", "extra"))
+    with pytest.raises(InputError):
+        runs.open_run(str(model_dir), classify.TASK, config,
+                      model_config=classify.TASK.model_config())
+    assert not model_dir.exists()

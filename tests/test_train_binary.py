@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -31,29 +32,58 @@ def train(*args, timeout=300):
                           capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
 
 
+def error_line(out) -> str:
+    """The one line a failed command prints (TensorFlow's own start-up lines aside); asserts
+    it is one line, status 2, no usage dump and no traceback."""
+    lines = [line for line in out.stderr.splitlines() if line.strip()
+             and not re.match(r"[IWE]\d{4} |WARNING: All log messages before", line)]
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("tfseq-train: error: "), out.stderr[-3000:]
+    return lines[0]
+
+
 def test_unknown_flag_fails_naming_it():
-    out = train("--no_such_flag=3")
-    assert out.returncode != 0
-    assert "no_such_flag" in out.stderr
+    assert "no_such_flag" in error_line(train("--no_such_flag=3"))
 
 
 def test_a_learning_rate_that_is_not_positive_fails_naming_it():
-    out = train("--learning_rate=0")
-    assert out.returncode != 0
-    assert "--learning_rate must be > 0" in out.stderr
+    assert "--learning_rate must be > 0" in error_line(train("--learning_rate=0"))
 
 
 def test_a_block_length_that_is_not_a_positive_int_fails_naming_it():
-    out = train("--block_length=32,x")
-    assert out.returncode != 0
-    assert "--block_length takes positive ints" in out.stderr
+    assert "--block_length takes positive ints" in error_line(train("--block_length=32,x"))
 
 
 def test_conflicting_flags_fail_naming_them(tmp_path, tiny_corpus):
     out = train(f"--files={tiny_corpus}", "--batching=bucket", "--batch_size=8",
                 f"--model_dir={tmp_path / 'run'}")
-    assert out.returncode != 0
-    assert "--batch_size applies to --batching=pad" in out.stderr
+    assert "--batch_size applies to --batching=pad" in error_line(out)
+    assert not (tmp_path / "run").exists()
+
+
+def test_help_exits_0_with_the_commands_flags():
+    out = train("--help")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "tfseq-train --task=classify" in out.stdout and "--max_tokens" in out.stdout
+
+
+@pytest.mark.slow
+def test_a_refused_setting_writes_nothing_and_another_tasks_dir_is_one_line(tmp_path,
+                                                                               tiny_corpus):
+    run = tmp_path / "run"
+    common = (f"--files={tiny_corpus}", "--batching=bucket", "--max_length=32",
+              f"--model_dir={run}", "--verbose=0", "--epochs=1")
+    line = error_line(train(*common, "--max_tokens=20"))
+    assert line == ("tfseq-train: error: max_tokens=20 cannot hold one example of 32 tokens "
+                    "(max_length); raise max_tokens or lower max_length")
+    assert not run.exists()  # nothing written: the corrected command is a new run
+    out = train(*common, "--max_tokens=64", "--max_steps=2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (run / "export" / "saved_model.pb").exists()  # stopped by --max_steps: exported
+    line = error_line(train("--task=lm", f"--model_dir={run}", "--verbose=0"))
+    assert line == (f"tfseq-train: error: {run} holds a --task=classify run, not --task=lm: "
+                    f"give this run its own --model_dir (--flagfile={run / 'flags.txt'} "
+                    "resumes that one)")
 
 
 @pytest.mark.slow
@@ -115,8 +145,8 @@ def test_two_replicas_train_an_epoch_with_split_batches(tmp_path, tiny_corpus, b
 
 def test_replicas_on_a_task_without_support_fail_clearly(tmp_path):
     out = train("--task=documents", "--num_replicas=2", f"--model_dir={tmp_path / 'x'}")
-    assert out.returncode != 0
-    assert "are not supported by --task=documents" in out.stderr
+    assert "are not supported by --task=documents" in error_line(out)
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.slow

@@ -41,6 +41,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from tfseq._common import mark_last
+from tfseq.errors import InputError  # also tfseq.formats.InputError, as before
 from tfseq.filtering import valid_utf8
 from tfseq.reading import resolve_files, text_lines, verify_gzip
 from tfseq.stats import DropCounter
@@ -57,10 +58,6 @@ _END_OF_FILE = "\x00tfseq-eof\x00"  # pads the shorter of two aligned files (nev
 # One CSV field: quoted (doubled quotes inside) or unquoted (no quote, no comma).
 _CSV_FIELD = r'(?:"(?:[^"]|"")*"|[^",]*)'
 _CSV_LINE = rf"{_CSV_FIELD}(?:,{_CSV_FIELD})*"
-
-
-class InputError(ValueError):
-    """Bad input files or format options; the message names the file and the fix."""
 
 
 @dataclasses.dataclass(frozen=True)

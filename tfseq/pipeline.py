@@ -55,7 +55,7 @@ def training_pipeline(files, vocab: Vocab, *, task: str = "classify",
     Raises:
       tfseq.formats.InputError: missing/empty files, bad columns, labels missing.
     """
-    from tfseq.formats import InputError
+    from tfseq.errors import InputError
     from tfseq.pipelines import tasks
     from tfseq.pipelines.spine import committed
     from tfseq.pipelines.sources import fingerprint

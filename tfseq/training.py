@@ -38,6 +38,7 @@ class TrainResult:
     interrupted: bool
     history: list[dict]
     train_seconds: float  # wall time in this call, evaluation excluded
+    signal: str | None = None  # "SIGTERM" or "SIGINT" when a signal stopped it
 
 
 def batch_weight(batch) -> float:
@@ -264,7 +265,8 @@ class Trainer:
             and time-boxed runs.
 
         Returns:
-          ``TrainResult``; ``interrupted`` is true when a signal or ``max_steps`` stopped it.
+          ``TrainResult``; ``interrupted`` is true when a signal or ``max_steps`` stopped it,
+          ``signal`` names the signal.
         """
         if self._iterator is None:
             self.restore()
@@ -289,7 +291,7 @@ class Trainer:
                         if flag.raised:
                             logging.warning("%s received: saved %s and stopped", flag.raised, path)
                         return TrainResult(epoch, int(self.global_step.numpy()), True, history,
-                                           time.perf_counter() - start)
+                                           time.perf_counter() - start, flag.raised)
                     try:
                         batch = self._next_batch()
                     except StopIteration:
@@ -304,6 +306,7 @@ class Trainer:
                     self.step_in_epoch.assign_add(1)
                     self.global_step.assign_add(1)
                     steps_this_call += 1
+                    _fault_point("after_step", int(self.global_step.numpy()))
                     bar.update(int(self.step_in_epoch.numpy()), list(logs.items()))
                     if self.on_step:
                         self.on_step(int(self.global_step.numpy()), logs)
@@ -388,10 +391,17 @@ def _number(prefix: str) -> int:
 
 
 def _fault_point(name: str, step: int) -> None:
-    """Test hook: ``TFSEQ_FAULT=<name>:<step>`` kills this process (SIGKILL) at that point."""
+    """Test hook: ``TFSEQ_FAULT=<name>:<step>`` kills this process (SIGKILL) at that point;
+    ``TFSEQ_FAULT=<name>:<step>:TERM`` (or ``:INT``) sends it that signal instead, as a
+    scheduler preempting the job would."""
     wanted = os.environ.get("TFSEQ_FAULT")
-    if wanted and wanted == f"{name}:{step}":
+    if not wanted or not wanted.startswith(f"{name}:{step}"):
+        return
+    rest = wanted[len(f"{name}:{step}"):]
+    if rest == "":
         os.kill(os.getpid(), signal.SIGKILL)
+    elif rest in (":TERM", ":INT"):
+        os.kill(os.getpid(), getattr(signal, "SIG" + rest[1:]))
 
 
 class ReplicaTrainer(Trainer):

@@ -1,0 +1,123 @@
+"""From ``tfseq-train``'s flags to a task's ``Config``, and messages that name those flags.
+
+``build_config(task, flag_values)`` applies every explicitly given flag to the task's
+``Config`` and refuses flags the task does not use or that conflict (``app.UsageError``, one
+line naming the flag). ``changed_run_message`` words a ``runs.ChangedRun`` in flag names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from absl import app
+
+# Flag -> task Config field. A flag given explicitly must exist in the task's Config.
+CONFIG_FLAGS = {
+    "files": "files", "vocab": "vocab_path", "batching": "batching", "batch_size": "batch_size",
+    "max_tokens": "max_tokens", "max_length": "max_length", "block_length": "block_length",
+    "boundaries": "boundaries", "seed": "seed", "tbptt": "tbptt",
+    "train_files": "train_files", "eval_files": "eval_files", "format": "format",
+    "columns": "columns", "header": "header", "eval_percent": "eval_percent",
+    "source_files": "source_files", "target_files": "target_files", "tokenizer": "tokenizer",
+    "vocab_size": "vocab_size", "vocab_max_lines": "vocab_max_lines",
+    "long_examples": "long_examples", "shuffle_shard_bytes": "shuffle_shard_bytes",
+}
+FLAG_OF_FIELD = {field: flag for flag, field in CONFIG_FLAGS.items()}
+LIST_FLAGS = ("files", "train_files", "eval_files", "columns", "source_files", "target_files")
+INT_LIST_FLAGS = ("block_length", "boundaries")
+
+
+def build_config(task, flag_values):
+    """The task's Config with every explicitly given flag applied.
+
+    Raises:
+      app.UsageError: a flag the task does not use, or flags that conflict.
+    """
+    fields = {f.name for f in dataclasses.fields(task.Config)}
+    values = {}
+    for flag_name, field in CONFIG_FLAGS.items():
+        flag = flag_values[flag_name]
+        if not flag.present or flag.value == flag.default:  # a flagfile repeats the defaults
+            continue
+        if field not in fields:
+            raise app.UsageError(f"--{flag_name} is not used by --task={flag_values.task} "
+                                 f"(its options: {sorted(fields)})")
+        value = flag.value
+        if flag_name in LIST_FLAGS:
+            value = tuple(value)
+        if flag_name in INT_LIST_FLAGS:
+            value = tuple(sorted({int(v) for v in value}))
+            if flag_name == "block_length" and len(value) == 1:
+                value = value[0]
+        values[field] = value
+    config = dataclasses.replace(task.Config(), **values)
+    batching = getattr(config, "batching", "pad")
+    for name, mode in (("batch_size", "pad"), ("block_length", "pack"), ("boundaries", "bucket")):
+        flag = flag_values[name]
+        if flag.present and flag.value != flag.default and batching != mode:
+            hint = " (use --max_tokens for a token budget)" if name == "batch_size" else ""
+            raise app.UsageError(f"--{name} applies to --batching={mode}, not "
+                                 f"--batching={batching}{hint}")
+    if flag_values.max_tokens is not None and batching == "pad":
+        raise app.UsageError("--max_tokens applies to --batching=bucket or pack, not "
+                             "--batching=pad (use --batch_size)")
+    if flag_values.max_tokens is not None and flag_values.max_tokens <= 0:
+        raise app.UsageError(f"--max_tokens must be a positive number of tokens per batch; "
+                             f"received {flag_values.max_tokens}")
+    check_no_effect(config, flag_values)
+    return config
+
+
+def check_no_effect(config, flag_values) -> None:
+    """A flag that would be silently ignored with the other flags given is an error naming it."""
+    user = bool(getattr(config, "train_files", ())) or bool(getattr(config, "source_files", ()))
+    for name in ("eval_files", "format", "columns", "header"):
+        if flag_values[name].value and not getattr(config, "train_files", ()):
+            raise app.UsageError(f"--{name} applies to --train_files, which is not given")
+    if flag_values.eval_percent is not None and getattr(config, "eval_files", ()):
+        raise app.UsageError("--eval_percent has no effect with --eval_files (nothing is held out)")
+    if flag_values.files and user:
+        raise app.UsageError("--files (embedded-corpus format) and --train_files/--source_files "
+                             "exclude each other")
+    learned = getattr(config, "tokenizer", None) in ("wordpiece", "sentencepiece")
+    for name in ("vocab_size", "vocab_max_lines"):
+        if flag_values[name].value is not None and not learned:
+            raise app.UsageError(f"--{name} applies to --tokenizer=wordpiece or sentencepiece, "
+                                 f"not --tokenizer={getattr(config, 'tokenizer', 'whitespace')}")
+    if flag_values.vocab and flag_values.vocab_size is not None:
+        raise app.UsageError("--vocab loads a vocabulary; --vocab_size learns one: give one")
+
+
+def changed_run_message(error) -> str:
+    """The message of a resume whose settings differ: each change, then the ways out."""
+    flagfile = os.path.join(error.model_dir, "flags.txt")
+    task = next((c for c in error.changes if c.setting == "task"), None)
+    if task is not None:  # another task's run: its other differences say nothing more
+        return (f"{error.model_dir} holds a --task={task.saved} run, not --task={task.new}: "
+                f"give this run its own --model_dir (--flagfile={flagfile} resumes that one)")
+    lines = [f"{error.model_dir} holds a run started with other settings; this command "
+             "changes:"]
+    for change in error.changes:
+        if change.setting == "input":
+            lines.append(f"  input file {change.saved}: {change.new}")
+            continue
+        group, _, field = change.setting.partition(".")
+        flag = {"global_budget": "--num_replicas x --" + field,
+                "model": f"model {field}"}.get(group)
+        if flag is None:
+            flag = f"--{FLAG_OF_FIELD[field]}" if field in FLAG_OF_FIELD else f"setting {field}"
+        if change.setting == "workers":
+            flag = "the number of workers (TF_CONFIG)"
+        lines.append(f"  {flag}: saved {change.saved!r}, now {change.new!r}")
+    lines.append(f"Resume with the saved flags: --flagfile={flagfile} "
+                 "(--num_replicas may change if --max_tokens keeps their product); or start a "
+                 "new run with another --model_dir.")
+    if any(c.setting == "input" for c in error.changes):
+        vocab = [n for n in os.listdir(error.model_dir)
+                 if n.startswith(("vocab.", "source_vocab"))]
+        if vocab:
+            lines.append("To train on the changed files with this run's vocabulary, start a new "
+                         "run with --model_dir=NEW "
+                         f"--vocab={os.path.join(error.model_dir, vocab[0])}")
+    return "\n".join(lines)

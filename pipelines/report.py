@@ -1,0 +1,107 @@
+"""``report.json`` and the report printed at the end of a run: one schema in every mode.
+
+``make_report`` builds the dict (single, replicated, multi_worker, data_service runs, every
+task), ``format_report`` the console text, ``write_report`` writes it atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+
+def make_report(*, task_name, config, mode, replicas, workers, learning_rate, result, stats,
+                counters, eval_results, baselines, setup, data_state_bytes,
+                drop_examples, data_service=None, first_step_seconds=None,
+                timings=None, resumed_at_step=None) -> dict:
+    """``report.json``: the same keys and shapes in every mode (single, replicated,
+    multi_worker, data_service)."""
+    seconds = result.train_seconds
+    real = int(stats.real_tokens.numpy())
+    return {
+        "task": task_name, "config": dataclasses.asdict(config), "mode": mode,
+        "replicas": replicas, "workers": workers, "data_service": data_service,
+        "learning_rate": learning_rate, "steps": result.steps_done,
+        "epochs": result.epochs_done, "interrupted": result.interrupted,
+        "train_seconds": seconds, "history": result.history,
+        "real_tokens": real, "real_tokens_per_second": real / seconds if seconds else 0.0,
+        "padding_efficiency": stats.padding_efficiency(),
+        "eval": eval_results, "baselines": baselines,
+        "counters": {k: {"seen": c.seen(), "drops": c.drops()} for k, c in counters.items()},
+        "drop_examples": drop_examples,
+        "setup": {"passes": setup.passes, "records": setup.records, "seconds": setup.seconds,
+                  "first_step_seconds": first_step_seconds},
+        "data_state_bytes": data_state_bytes,
+        "resumed_at_step": resumed_at_step,
+        "checkpoints": checkpoint_timings(timings),
+    }
+
+
+def checkpoint_timings(timings) -> dict:
+    """The trainer's checkpoint timings for the report (the same keys in every mode)."""
+    timings = timings or {"save": [], "restore": None, "first_batch": None}
+    saves = timings["save"]
+    return {"saved": len(saves), "save_seconds": sum(saves) / len(saves) if saves else None,
+            "restore_seconds": timings["restore"],
+            "first_batch_after_restore_seconds": timings["first_batch"]}
+
+
+def format_report(report: dict) -> str:
+    lines = ["", "=" * 64, f"tfseq report: task={report['task']} ({report['mode']}, "
+             f"{report['replicas']} replica(s) x {report['workers']} worker(s))"]
+    for split, c in report["counters"].items():
+        read = c["seen"].get("lines_read", 0)
+        routed = c["drops"].get("other_split", 0)
+        dropped = {k: v for k, v in c["drops"].items() if v and k != "other_split"}
+        kept = read - routed - sum(dropped.values())
+        lines.append(f"  {split:5s} records read {read:7d}: {kept:6d} examples, {routed:6d} in "
+                     f"the other split, {sum(dropped.values()):4d} dropped "
+                     f"{dropped if dropped else ''}")
+    lines.append(f"  padding efficiency of training batches: {report['padding_efficiency']:.3f}")
+    lines.append(f"  training: {report['steps']} steps, {report['train_seconds']:.1f} s, "
+                 f"{report['real_tokens_per_second']:,.0f} real tokens/s")
+    setup = report["setup"]
+    if setup["passes"] or setup["first_step_seconds"]:
+        phases = ([f"{setup['passes']} read of the training files "
+                   f"({setup['records']:,} records)"] * bool(setup["passes"])
+                  + [f"{k} {v:.1f} s" for k, v in setup["seconds"].items()])
+        if setup["first_step_seconds"]:
+            phases.append(f"first step after {setup['first_step_seconds']:.1f} s")
+        lines.append(f"  before the first step: {'; '.join(phases)}")
+    if report.get("resumed_at_step") is not None:
+        lines.append(f"  resumed at step {report['resumed_at_step']} (from a checkpoint of an "
+                     "earlier, interrupted command); the counts cover the whole run")
+    for example in report.get("drop_examples", []):
+        lines.append(f"  dropped: {example}")
+    train = report["counters"].get("train", {"seen": {}, "drops": {}})
+    read = train["seen"].get("lines_read", 0) - train["drops"].get("other_split", 0)
+    too_long = train["drops"].get("too_long", 0)
+    if read and too_long > 0.1 * read:
+        max_length = report["config"].get("max_length")
+        lines.append(f"  warning: {too_long / read:.0%} of the training records were longer "
+                     f"than --max_length={max_length} and dropped: raise --max_length, or "
+                     "--long_examples=truncate keeps them cut")
+    for key, value in report["eval"].items():
+        lines.append(f"  held-out {key}: {value:.4f}")
+    for key, value in report["baselines"].items():
+        lines.append(f"  {key} baseline: {value:.4f}")
+    if report["interrupted"]:
+        lines.append("  (interrupted: run the same command again to resume)")
+    lines.append("=" * 64)
+    return "\n".join(lines)
+
+
+def write_report(path: str, report: dict) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(report, f, indent=2, default=str)
+    os.replace(path + ".tmp", path)
+
+
+def drop_examples_of(task, config, counters, limit: int = 5) -> list[str]:
+    """The first ``file:line: reason`` of malformed records, when some were dropped."""
+    dropped = any(n for c in counters.values() for r, n in c.drops().items()
+                  if r in ("malformed", "invalid_utf8", "empty_text", "unequal_counts"))
+    if not dropped or not hasattr(task, "source"):
+        return []
+    return task.source(config, "train").drop_examples(limit)[:limit]
