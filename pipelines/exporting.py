@@ -46,6 +46,7 @@ def export_run(model_dir: str, task, config, state: TaskState, model,
         if config.columns:  # user files: predict's default --columns
             meta["columns"] = list(config.columns)
             meta["format"] = config.format
+            meta["header"] = bool(config.header)
         module.keras_model = served_model
         serving.save(module, export_dir, meta)
     finally:

@@ -15,7 +15,10 @@ by reason in the report.
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import os
+import sys
 import time
 
 import tensorflow as tf
@@ -58,10 +61,12 @@ def make_parser(fmt: formats.RowFormat, field: str):
     return parse
 
 
-def input_format(info: dict, files, fmt: str | None, columns, header: bool) -> formats.RowFormat:
-    """The ``RowFormat`` of the files to predict on: ``fmt``/``columns`` if given, else the
-    training run's (``serving.json``), else from the extension (a TSV's default columns: the
-    embedded corpus' ``book,chapter,verse,<input>``).
+def input_format(info: dict, files, fmt: str | None, columns,
+                 header: bool | None) -> formats.RowFormat:
+    """The ``RowFormat`` of the files to predict on: ``fmt``/``columns``/``header`` if given,
+    else the training run's (``serving.json``) when the format is the run's, else from the
+    extension (a TSV's default columns: the embedded corpus' ``book,chapter,verse,<input>``;
+    no header).
 
     Raises:
       ValueError: a format predict cannot read, or columns without the input field.
@@ -71,9 +76,12 @@ def input_format(info: dict, files, fmt: str | None, columns, header: bool) -> f
     if fmt not in formats.LINE_FORMATS:
         raise ValueError(f"--format={fmt}: predict reads one input per line, in one of "
                          f"{formats.LINE_FORMATS}")
+    same_format = info.get("format") in (None, fmt) and "columns" in info
+    if header is None:
+        header = bool(info.get("header")) if same_format else False
     if fmt == "text":
         return formats.RowFormat("text", ("text",), header)
-    trained = info.get("columns") if info.get("format") in (None, fmt) else None
+    trained = info.get("columns") if same_format else None
     columns = tuple(columns or trained or (
         [field] if fmt == "csv" else ["book", "chapter", "verse", field]))
     if field not in columns:
@@ -83,11 +91,13 @@ def input_format(info: dict, files, fmt: str | None, columns, header: bool) -> f
 
 
 def predict_files(model_dir: str, files, output: str, *, fmt: str | None = None,
-                  columns=None, header: bool = False, max_tokens: int = 8192,
+                  columns=None, header: bool | None = None, max_tokens: int = 8192,
                   batching: str = "bucket", pool_size: int = 8192, progress=None) -> dict:
     """Runs the export of ``model_dir`` over ``files`` and writes ``output``; returns the report.
 
     Args:
+      output: the output file, or ``-`` for stdout.
+      header: skip each file's first line; ``None``: as the training run did (same format).
       progress: ``fn(lines so far)`` called after each batch (a progress bar), or ``None``.
 
     Raises:
@@ -160,17 +170,52 @@ def predict_files(model_dir: str, files, output: str, *, fmt: str | None = None,
 
     bad_examples = []
     start = time.perf_counter()
-    with open(output, "w", encoding="utf-8") as f:
+    with _output(output) as f:
         # Held back at most: the pools in flight plus bucketing's carried tail (under 9
         # budgets of cells, so under 9 * max_tokens rows).
         for index, row in tfseq.predict_in_order(model_fn, ds, max_buffer=4 * pool_size
                                                  + 64 * 512 + 9 * max_tokens):
             if row["reason"] and len(bad_examples) < 5:
-                bad_examples.append(f"line {index + 1}: {REASONS[row['reason']]}")
+                bad_examples.append((index, REASONS[row["reason"]]))
             f.write((task.prediction_line(row) if row["reason"] == 0 else "") + "\n")
     seconds = time.perf_counter() - start
+    bad_examples = [f"{where} (output line {index + 1}): {reason}" for (index, reason), where
+                    in zip(bad_examples, file_lines(paths, [i for i, _ in bad_examples],
+                                                    row_format.header))]
     return {"task": info["task"], "export": export_dir, "files": paths, "output": output,
             "batching": batching, "max_tokens": max_tokens, "seconds": seconds,
             "lines_per_second": counts["lines"] / seconds if seconds else 0.0,
             "real_tokens_per_second": counts["real_tokens"] / seconds if seconds else 0.0,
             "first_unusable": bad_examples, **counts}
+
+
+@contextlib.contextmanager
+def _output(path: str):
+    """The output file, or stdout for ``-``."""
+    if path == "-":
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        yield f
+
+
+def file_lines(paths, indices, header: bool) -> list[str]:
+    """``file:line`` of the records at ``indices`` (0-based, over ``paths`` read in order,
+    header lines skipped): read up to the last one asked for, only when lines were bad."""
+    wanted = sorted(set(indices))
+    found, index = {}, 0
+    for path in paths:
+        if not wanted or index > wanted[-1]:
+            break
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            for number, _ in enumerate(f, start=1):
+                if header and number == 1:
+                    continue
+                if index in wanted:
+                    found[index] = f"{path}:{number}"
+                index += 1
+                if index > wanted[-1]:
+                    break
+    return [found.get(i, f"record {i + 1}") for i in indices]

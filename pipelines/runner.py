@@ -263,6 +263,8 @@ class Runner:
             for line in task.sample_lines(config, run.state, local_model, eval_ds):
                 print(line)
         if self.settings.export and not result.signal:  # finished, or stopped by max_steps
+            if self.settings.verbose:
+                print("exporting the model over raw input ...", flush=True)
             path = exporting.export_run(self.settings.model_dir, task, config, run.state,
                                         local_model)
             if path:

@@ -33,7 +33,7 @@ import shutil
 import time
 
 from tfseq.pipelines import sources
-from tfseq.pipelines.state import TaskState, spill
+from tfseq.pipelines.state import PassReport, TaskState, spill
 from tfseq.resumable import RecordShards
 
 RUN_FILE = "run.json"

@@ -50,7 +50,7 @@ def run_command(module_name: str, main) -> None:
             return flags.FLAGS(argv)
         except flags.Error as e:
             fail(command, f"{e} (see {command} --help)")
-        except SystemExit as e:  # absl's --help exits 1 after printing it: asked for, so 0
+        except SystemExit:  # absl's --help exits 1 after printing it: asked for, so 0
             if any(arg.split("=")[0] in HELP_FLAGS for arg in argv[1:]):
                 sys.exit(0)
             raise

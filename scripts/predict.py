@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -44,8 +45,10 @@ flags.DEFINE_enum("format", None, list(LINE_FORMATS), "Line format (default: tsv
 flags.DEFINE_list("columns", None, "TSV/CSV field names in order; the input field is `text` "
                   "(translate: `source`), `_` skips (default: the training run's, else the "
                   "embedded corpus layout book,chapter,verse,text).")
-flags.DEFINE_boolean("header", False, "Skip the first line of each file (no output for it).")
-flags.DEFINE_string("output", None, "Output file, one line per input line.", required=True)
+flags.DEFINE_boolean("header", False, "Skip the first line of each file (no output for it; "
+                     "default: as the training run, for files in its format).")
+flags.DEFINE_string("output", "-", "Output file, one line per input line; - (the default): "
+                    "stdout, the report then goes to stderr.")
 flags.DEFINE_integer("max_tokens", 8192, "Token budget per batch (rows x padded length).")
 flags.DEFINE_enum("batching", "bucket", ["bucket", "pad"], "bucket: by length under "
                   "--max_tokens; pad: plain padded batches in input order of max_tokens // "
@@ -83,22 +86,26 @@ def main(argv):
     if FLAGS.verbose < 2:
         logging.set_verbosity(logging.WARNING)
         tf.get_logger().setLevel("ERROR")
-    bar = keras.utils.Progbar(None, verbose=FLAGS.verbose, unit_name="line")
+    to_stdout = FLAGS.output == "-"
+    report_to = sys.stderr if to_stdout else sys.stdout
+    show_bar = FLAGS.verbose and not to_stdout and sys.stdout.isatty()
+    bar = keras.utils.Progbar(None, verbose=1 if show_bar else 0, unit_name="line")
     try:
         report = predict_files(FLAGS.model_dir, FLAGS.files, FLAGS.output, fmt=FLAGS.format,
-                               columns=FLAGS.columns, header=FLAGS.header,
+                               columns=FLAGS.columns,
+                               header=FLAGS.header if FLAGS["header"].present else None,
                                max_tokens=FLAGS.max_tokens, batching=FLAGS.batching,
                                pool_size=FLAGS.pool_size,
-                               progress=bar.update if FLAGS.verbose else None)
+                               progress=bar.update if show_bar else None)
     except (FileNotFoundError, ValueError) as e:
         raise app.UsageError(str(e))
-    if FLAGS.verbose:
+    if show_bar:
         bar.update(report["lines"], finalize=True)
     if FLAGS.report_json:
         with open(FLAGS.report_json, "w") as f:
             json.dump(report, f, indent=2)
     if FLAGS.verbose:
-        print(format_report(report))
+        print(format_report(report), file=report_to)
 
 
 def run():

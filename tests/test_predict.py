@@ -80,8 +80,11 @@ def test_tsv_gzip_header_bad_lines_get_empty_outputs_and_are_counted(tiny_export
         assert got_label == label and abs(float(got_p) - p) < 1e-5
     assert (report["lines"], report["malformed"], report["empty"], report["invalid_utf8"],
             report["nul_byte"]) == (7, 1, 1, 1, 1)
-    assert report["first_unusable"] == ["line 2: malformed", "line 4: empty",
-                                        "line 5: invalid_utf8", "line 6: nul_byte"]
+    path = tmp_path / "in.tsv.gz"
+    assert report["first_unusable"] == [f"{path}:3 (output line 2): malformed",
+                                        f"{path}:5 (output line 4): empty",
+                                        f"{path}:6 (output line 5): invalid_utf8",
+                                        f"{path}:7 (output line 6): nul_byte"]
 
 
 def test_csv_quoted_fields_and_a_broken_line(tiny_exports, tmp_path):
@@ -148,9 +151,19 @@ def test_binary_writes_output_and_report_and_fails_cleanly(tiny_exports, tmp_pat
     report = json.loads((tmp_path / "report.json").read_text())
     assert (report["lines"], report["empty"]) == (3, 1)
 
+    # --output=- (the default): predictions on stdout, the report on stderr.
+    out = subprocess.run(
+        [sys.executable, script, f"--model_dir={tiny_exports['classify'][0]}",
+         f"--files={tmp_path / 'in.txt'}"], capture_output=True, text=True, env=env,
+        timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n") == read_output(tmp_path / "out.txt") + [""]
+    assert "lines/s" in out.stderr
+
     out = subprocess.run(
         [sys.executable, script, f"--model_dir={tmp_path}", f"--files={tmp_path / 'in.txt'}",
          f"--output={tmp_path / 'out2.txt'}"], capture_output=True, text=True, env=env,
         timeout=300)
-    assert out.returncode != 0
-    assert "run tfseq-export" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2
+    assert f"tfseq-predict: error: No SavedModel in {tmp_path}/export" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import sys
 import time
 from typing import Callable, Mapping
 
@@ -259,7 +260,8 @@ class Trainer:
 
         Args:
           epochs: total epochs.
-          verbose: 1 shows a Keras progress bar per epoch.
+          verbose: 1 shows a Keras progress bar per epoch on a terminal, and one line per epoch
+            (its steps, seconds, means and ``eval_fn``'s numbers) on any stdout.
           eval_fn: ``fn(epoch) -> dict`` run after each epoch; its numbers join the history.
           max_steps: stop (with a checkpoint) after this many steps in this call; for tests
             and time-boxed runs.
@@ -276,10 +278,15 @@ class Trainer:
                 epoch = int(self.epoch.numpy())
                 target = int(self.last_epoch_steps.numpy()) or None
                 # The logs are already epoch means: shown as given (stateful), not re-averaged.
-                bar = keras.utils.Progbar(target, verbose=verbose, unit_name="step",
-                                          stateless_metrics=())
-                if verbose:
-                    print(f"Epoch {epoch + 1}/{epochs}")
+                # No target for the bar: an epoch of bucketed or packed batches may take a step
+                # more or less than the last one (the bar would end twice); a bar only on a
+                # terminal (piped, it would be carriage returns and escape codes).
+                bar = keras.utils.Progbar(None, verbose=1 if verbose and _interactive() else 0,
+                                          unit_name="step", stateless_metrics=())
+                if verbose and _interactive():
+                    about = f" (about {target} steps)" if target else ""
+                    print(f"Epoch {epoch + 1}/{epochs}{about}", flush=True)
+                epoch_start = last_line = time.perf_counter()
                 logs = {}
                 if self.on_epoch_start and int(self.step_in_epoch.numpy()) == 0:
                     self.on_epoch_start(epoch)
@@ -308,19 +315,31 @@ class Trainer:
                     steps_this_call += 1
                     _fault_point("after_step", int(self.global_step.numpy()))
                     bar.update(int(self.step_in_epoch.numpy()), list(logs.items()))
+                    if verbose and not _interactive() and \
+                            time.perf_counter() - last_line >= PROGRESS_SECONDS:
+                        last_line = time.perf_counter()
+                        means_now = ", ".join(f"{k} {v:.4f}" for k, v in logs.items())
+                        print(f"epoch {epoch + 1}: step {int(self.step_in_epoch.numpy())}, "
+                              f"{last_line - epoch_start:.0f} s; {means_now}", flush=True)
                     if self.on_step:
                         self.on_step(int(self.global_step.numpy()), logs)
                     if self.checkpoint_every and int(self.global_step.numpy()) % self.checkpoint_every == 0:
                         self.save()
                 steps = int(self.step_in_epoch.numpy())
-                if verbose and steps != target:  # Progbar finalizes itself on reaching target
+                if verbose and _interactive():
                     bar.update(steps, list(logs.items()), finalize=True)
                 record = {"epoch": epoch + 1, **logs}
+                seconds = time.perf_counter() - epoch_start
                 if eval_fn:
+                    if verbose:
+                        print(f"epoch {epoch + 1}: evaluating on the held-out data ...",
+                              flush=True)
                     eval_start = time.perf_counter()
                     record.update(eval_fn(epoch + 1))
                     start += time.perf_counter() - eval_start  # train_seconds excludes eval
                 history.append(record)
+                if verbose:
+                    print(_epoch_line(epoch + 1, epochs, steps, seconds, record), flush=True)
                 self.epoch.assign_add(1)
                 self.last_epoch_steps.assign(self.step_in_epoch)
                 self.step_in_epoch.assign(0)
@@ -328,6 +347,25 @@ class Trainer:
                 self.save()
         return TrainResult(int(self.epoch.numpy()), int(self.global_step.numpy()), False, history,
                            time.perf_counter() - start)
+
+
+PROGRESS_SECONDS = 30  # a progress line this often when stdout is not a terminal
+
+
+def _interactive() -> bool:
+    """Whether stdout is a terminal (a progress bar) or a file or pipe (lines)."""
+    return hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
+
+
+def _epoch_line(epoch: int, epochs: int, steps: int, seconds: float, record: dict) -> str:
+    """``epoch 1/2: 354 steps in 12.3 s; loss 0.5312, accuracy 0.8120; held-out accuracy
+    0.7900, loss 0.6011``."""
+    train = ", ".join(f"{k} {v:.4f}" for k, v in record.items()
+                      if k != "epoch" and not k.startswith("eval_"))
+    held = ", ".join(f"{k[len('eval_'):]} {v:.4f}" for k, v in record.items()
+                     if k.startswith("eval_"))
+    return (f"epoch {epoch}/{epochs}: {steps} steps in {seconds:.1f} s; {train}"
+            + (f"; held-out {held}" if held else ""))
 
 
 def checkpoints_newest_first(directory: str) -> list[str]:
