@@ -74,14 +74,7 @@ def format_report(report: dict) -> str:
                      "earlier, interrupted command); the counts cover the whole run")
     for example in report.get("drop_examples", []):
         lines.append(f"  dropped: {example}")
-    train = report["counters"].get("train", {"seen": {}, "drops": {}})
-    read = train["seen"].get("lines_read", 0) - train["drops"].get("other_split", 0)
-    too_long = train["drops"].get("too_long", 0)
-    if read and too_long > 0.1 * read:
-        max_length = report["config"].get("max_length")
-        lines.append(f"  warning: {too_long / read:.0%} of the training records were longer "
-                     f"than --max_length={max_length} and dropped: raise --max_length, or "
-                     "--long_examples=truncate keeps them cut")
+    lines.extend(f"  warning: {line}" for line in drop_warnings(report))
     for key, value in report["eval"].items():
         lines.append(f"  held-out {key}: {value:.4f}")
     for key, value in report["baselines"].items():
@@ -90,6 +83,39 @@ def format_report(report: dict) -> str:
         lines.append("  (interrupted: run the same command again to resume)")
     lines.append("=" * 64)
     return "\n".join(lines)
+
+
+# What changes a drop reason's count, for the warning when it is over WARN_DROP_SHARE.
+DROP_FIXES = {
+    "too_long": "raise --max_length, or --long_examples=truncate keeps them cut",
+    "too_many_bytes": "the lines are over the line-length limit: split them",
+    "malformed": "check --format, --columns and --header",
+    "invalid_utf8": "the files are not UTF-8: convert them",
+    "nul_byte": "the files hold NUL bytes: are they text?",
+    "empty_text": "empty text fields: check --columns",
+    "empty": "empty lines or fields: check --columns",
+    "unknown_label": "labels the run does not know: check the eval files' labels",
+    "too_short": "lines too short to train on (lm needs 2 tokens)",
+    "unequal_counts": "tokens and tags differ in count: check --columns",
+}
+WARN_DROP_SHARE = 0.05
+
+
+def drop_warnings(report: dict) -> list[str]:
+    """A line for every drop reason over 5% of a split's records (held-out routing aside),
+    with what changes it."""
+    lines = []
+    for split, counter in report["counters"].items():
+        records = counter["seen"].get("lines_read", 0) - counter["drops"].get("other_split", 0)
+        for reason, n in sorted(counter["drops"].items()):
+            if reason == "other_split" or not records or n <= WARN_DROP_SHARE * records:
+                continue
+            fix = DROP_FIXES.get(reason, "see the drop counts")
+            if reason == "too_long":
+                fix = f"--max_length={report['config'].get('max_length')}: {fix}"
+            lines.append(f"{n / records:.0%} of the {split} records dropped as {reason} "
+                         f"({fix})")
+    return lines
 
 
 def write_report(path: str, report: dict) -> None:

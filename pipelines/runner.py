@@ -217,7 +217,7 @@ class Runner:
         if resumed and self.settings.verbose and chief:
             print(f"Resuming from {self.settings.model_dir}: "
                   f"epoch {int(trainer.epoch.numpy()) + 1}, "
-                  f"step {int(trainer.step_in_epoch.numpy())} of that epoch")
+                  f"step {int(trainer.step_in_epoch.numpy())} of that epoch", file=sys.stderr)
         eval_ds = task.eval_dataset(config, run.state, counters["eval"])
         local_model = (model if strategy is None
                        else task.build_model(config, run.state, model_config))
@@ -264,7 +264,7 @@ class Runner:
                 print(line)
         if self.settings.export and not result.signal:  # finished, or stopped by max_steps
             if self.settings.verbose:
-                print("exporting the model over raw input ...", flush=True)
+                print("exporting the model over raw input ...", file=sys.stderr, flush=True)
             path = exporting.export_run(self.settings.model_dir, task, config, run.state,
                                         local_model)
             if path:

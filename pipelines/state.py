@@ -155,7 +155,7 @@ def prepare(task, config, source, *, shards=None, fingerprint=None,
     discover = [c for c in task.label_columns if c not in fixed]
     learn = {n: cols for n, cols in task.vocab_columns.items() if n not in loaded}
     spill = shards is not None and shards.num_shards > 1 and not shards.ready(fingerprint)
-    samples, counts, values = {}, {}, {c: set() for c in discover}
+    samples, counts, values = {}, {}, {c: collections.Counter() for c in discover}
     if discover or learn or spill or source.must_check:
         samples, counts = _read_once(task, config, source, learn, discover, values, report,
                                      shards.spill_writer(fingerprint) if spill else None,
@@ -168,7 +168,7 @@ def prepare(task, config, source, *, shards=None, fingerprint=None,
                              f"--format, --columns and --header){_first_bad(source)}")
         labels[column] = tuple(names)
     task.check_labels(labels)
-    check_label_values(task, config, {c: labels[c] for c in discover}, report.records, write)
+    check_label_values(task, config, {c: values[c] for c in discover}, report.records, write)
     vocabs = dict(loaded)
     for name in learn:
         start = time.perf_counter()
@@ -239,7 +239,8 @@ def _read_once(task, config, source, learn, discover, values, report, spill, wri
         out = {"records": tf.size(records), "bytes": tf.reduce_sum(tf.strings.length(records))
                + tf.size(records)}
         for column in discover:
-            out[f"label/{column}"] = tf.unique(task.label_values(column, rows[column]))[0]
+            out[f"label/{column}"], _, out[f"label_count/{column}"] = tf.unique_with_counts(
+                task.label_values(column, rows[column]))
         for name, columns in learn.items():
             texts = tf.concat([rows[c] for c in columns], 0)
             if config.lowercase:
@@ -263,8 +264,9 @@ def _read_once(task, config, source, learn, discover, values, report, spill, wri
     try:
         for out in batches.prefetch(2).as_numpy_iterator():
             for column in discover:
-                values[column].update(v.decode("utf-8", errors="replace")
-                                      for v in out[f"label/{column}"].tolist())
+                values[column].update(dict(zip(
+                    (v.decode("utf-8", errors="replace") for v in out[f"label/{column}"]),
+                    out[f"label_count/{column}"].tolist())))
             for name, reservoir in samples.items():
                 reservoir.add(out[f"text/{name}"])
             for name, counter_ in counts.items():
@@ -315,29 +317,40 @@ def _make_vocab(config, name, sample, counts, write, source) -> Vocab:
                          f"{source.description} parsed (check --format, --columns and "
                          f"--header; the report's drop counts say why records were dropped)"
                          f"{_first_bad(source)}")
-    if counts is None and write is not None and len(vocab) < config.vocab_size * 0.9:
+    if counts is None and write is not None and len(vocab) < config.vocab_size // 2:
         write(f"note: the learned{what} vocabulary has {len(vocab):,} entries, fewer than "
               f"--vocab_size={config.vocab_size:,}: the training text has no more distinct "
               "pieces to learn (a smaller --vocab_size gives the same vocabulary)")
     return vocab
 
 
-# A label column with more distinct values than this and than half the records is a text
-# column read as labels (e.g. --columns=text,label on label<TAB>text files).
-MANY_LABELS = 100
+# Labels that say the columns are wrong: more classes than a tenth of the training records
+# (and than MIN_SUSPECT_CLASSES), or, for per-token tags, more tags than half the records (and
+# than MIN_SUSPECT_TAGS): a text column read as labels (e.g. --columns=text,label).
+MIN_SUSPECT_CLASSES = 20
+MIN_SUSPECT_TAGS = 100
 
 
-def check_label_values(task, config, labels: dict, records: int, write=None) -> None:
+def check_label_values(task, config, counts: dict, records: int, write=None) -> None:
     """Refuses label sets that say the columns are wrong, before anything is trained.
 
+    Args:
+      counts: per label column, a ``Counter`` of its values over the training records.
+      records: training records read.
+      write: where notes go (eval labels unseen in training, when fewer than half).
+
     Raises:
-      InputError: a label column with more distinct values than ``MANY_LABELS`` and than half
-        the training records (a text column read as labels); a label equal to its column's
-        name without ``--header`` (a header line read as a record); eval files none of whose
-        labels occur in the training files (the whole eval set would be dropped).
+      InputError: too many distinct labels for the records (a text column read as labels);
+        a label equal to its column's name without ``--header`` (a header line read as a
+        record); eval files with more than half of their labels unseen in training.
     """
-    for column, names in labels.items():
-        if len(names) > MANY_LABELS and 2 * len(names) > records:
+    for column, found in counts.items():
+        names = sorted(v for v in found if v)
+        if column in task.token_label_columns:
+            limit = max(MIN_SUSPECT_TAGS, records // 2)
+        else:
+            limit = max(MIN_SUSPECT_CLASSES, records // 10)
+        if len(names) > limit:
             examples = ", ".join(repr(n[:40]) for n in names[:3])
             raise InputError(
                 f"the {column} column has {len(names):,} distinct values in {records:,} "
@@ -346,23 +359,26 @@ def check_label_values(task, config, labels: dict, records: int, write=None) -> 
         if not config.header and column.lower() in (n.lower() for n in names):
             raise InputError(f"a {column} value is {column!r}, the column's name: the first "
                              "line of a file is a header; add --header")
-    if not getattr(config, "eval_files", ()) or not labels:
+    if not getattr(config, "eval_files", ()) or not counts:
         return
     eval_source = task.source(config, "eval")
-    found = {c: set() for c in labels}
-    _read_once(task, config, eval_source, {}, list(labels), found, PassReport(), None, None)
-    for column, names in labels.items():
-        unknown = sorted(v for v in found[column] if v and v not in set(names))
-        if not unknown:
+    held = {c: collections.Counter() for c in counts}
+    _read_once(task, config, eval_source, {}, list(counts), held, PassReport(), None, None)
+    for column, found in counts.items():
+        unseen = {v: n for v, n in held[column].items() if v and v not in found}
+        if not unseen:
             continue
-        listed = ", ".join(repr(v) for v in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
-        if len(unknown) == len([v for v in found[column] if v]):
-            known = ", ".join(repr(v) for v in names[:5]) + (" ..." if len(names) > 5 else "")
-            raise InputError(f"no {column} of the eval files occurs in the training files "
-                             f"(eval: {listed}; training: {known}): every eval record would "
-                             "be dropped; fix the labels (they are case-sensitive)")
+        share = sum(unseen.values()) / max(1, sum(n for v, n in held[column].items() if v))
+        listed = ", ".join(repr(v) for v in sorted(unseen)[:5]) + (
+            " ..." if len(unseen) > 5 else "")
+        if share > 0.5:
+            known = sorted(v for v in found if v)
+            trained = ", ".join(repr(v) for v in known[:5]) + (" ..." if len(known) > 5 else "")
+            raise InputError(f"{share:.0%} of the eval {column} values never occur in the "
+                             f"training files (eval: {listed}; training: {trained}): those "
+                             "eval records would be dropped; fix the labels (they are "
+                             "case-sensitive)")
         if write is not None:
-            write(f"note: {len(unknown)} {column} value(s) of the eval files never occur in "
-                  f"the training files ({listed}): those eval records are dropped "
-                  "(unknown_label)")
-
+            write(f"note: {len(unseen)} {column} value(s) of the eval files never occur in "
+                  f"the training files ({listed}): those eval records ({share:.0%}) are "
+                  "dropped (unknown_label)")

@@ -126,15 +126,15 @@ def test_eval_labels_that_never_occur_in_training_are_named(tmp_path):
     with pytest.raises(InputError) as error:
         classify.TASK.prepare(config)
     assert str(error.value) == (
-        "no label of the eval files occurs in the training files (eval: 'SPORT', 'TECH'; "
-        "training: 'sport', 'tech'): every eval record would be dropped; fix the labels (they "
-        "are case-sensitive)")
+        "100% of the eval label values never occur in the training files (eval: 'SPORT', "
+        "'TECH'; training: 'sport', 'tech'): those eval records would be dropped; fix the "
+        "labels (they are case-sensitive)")
     notes = []
     config = _classify_files(tmp_path, train, ["tech\tw1 x", "TECH\tw2 x"])
     state, _ = classify.TASK.prepare(config, write=notes.append)
     assert state.labels == {"label": ("sport", "tech")}
     assert ("note: 1 label value(s) of the eval files never occur in the training files "
-            "('TECH'): those eval records are dropped (unknown_label)") in notes
+            "('TECH'): those eval records (50%) are dropped (unknown_label)") in notes
 
 
 def test_a_refused_budget_writes_nothing_into_the_model_dir(tmp_path):

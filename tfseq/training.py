@@ -19,6 +19,7 @@ SIGTERM arrives (the loop finishes the current step, saves, and returns ``interr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -260,8 +261,9 @@ class Trainer:
 
         Args:
           epochs: total epochs.
-          verbose: 1 shows a Keras progress bar per epoch on a terminal, and one line per epoch
-            (its steps, seconds, means and ``eval_fn``'s numbers) on any stdout.
+          verbose: 1 shows progress on stderr: a Keras progress bar per epoch on a terminal
+            (a line every 30 s otherwise), and one line per epoch (its steps, seconds, means
+            and ``eval_fn``'s numbers).
           eval_fn: ``fn(epoch) -> dict`` run after each epoch; its numbers join the history.
           max_steps: stop (with a checkpoint) after this many steps in this call; for tests
             and time-boxed runs.
@@ -285,7 +287,7 @@ class Trainer:
                                           unit_name="step", stateless_metrics=())
                 if verbose and _interactive():
                     about = f" (about {target} steps)" if target else ""
-                    print(f"Epoch {epoch + 1}/{epochs}{about}", flush=True)
+                    _progress(f"Epoch {epoch + 1}/{epochs}{about}")
                 epoch_start = last_line = time.perf_counter()
                 logs = {}
                 if self.on_epoch_start and int(self.step_in_epoch.numpy()) == 0:
@@ -314,32 +316,33 @@ class Trainer:
                     self.global_step.assign_add(1)
                     steps_this_call += 1
                     _fault_point("after_step", int(self.global_step.numpy()))
-                    bar.update(int(self.step_in_epoch.numpy()), list(logs.items()))
+                    with contextlib.redirect_stdout(sys.stderr):  # progress: on stderr
+                        bar.update(int(self.step_in_epoch.numpy()), list(logs.items()))
                     if verbose and not _interactive() and \
                             time.perf_counter() - last_line >= PROGRESS_SECONDS:
                         last_line = time.perf_counter()
                         means_now = ", ".join(f"{k} {v:.4f}" for k, v in logs.items())
-                        print(f"epoch {epoch + 1}: step {int(self.step_in_epoch.numpy())}, "
-                              f"{last_line - epoch_start:.0f} s; {means_now}", flush=True)
+                        _progress(f"epoch {epoch + 1}: step {int(self.step_in_epoch.numpy())}, "
+                                  f"{last_line - epoch_start:.0f} s; {means_now}")
                     if self.on_step:
                         self.on_step(int(self.global_step.numpy()), logs)
                     if self.checkpoint_every and int(self.global_step.numpy()) % self.checkpoint_every == 0:
                         self.save()
                 steps = int(self.step_in_epoch.numpy())
                 if verbose and _interactive():
-                    bar.update(steps, list(logs.items()), finalize=True)
+                    with contextlib.redirect_stdout(sys.stderr):
+                        bar.update(steps, list(logs.items()), finalize=True)
                 record = {"epoch": epoch + 1, **logs}
                 seconds = time.perf_counter() - epoch_start
                 if eval_fn:
                     if verbose:
-                        print(f"epoch {epoch + 1}: evaluating on the held-out data ...",
-                              flush=True)
+                        _progress(f"epoch {epoch + 1}: evaluating on the held-out data ...")
                     eval_start = time.perf_counter()
                     record.update(eval_fn(epoch + 1))
                     start += time.perf_counter() - eval_start  # train_seconds excludes eval
                 history.append(record)
                 if verbose:
-                    print(_epoch_line(epoch + 1, epochs, steps, seconds, record), flush=True)
+                    _progress(_epoch_line(epoch + 1, epochs, steps, seconds, record))
                 self.epoch.assign_add(1)
                 self.last_epoch_steps.assign(self.step_in_epoch)
                 self.step_in_epoch.assign(0)
@@ -349,12 +352,17 @@ class Trainer:
                            time.perf_counter() - start)
 
 
-PROGRESS_SECONDS = 30  # a progress line this often when stdout is not a terminal
+PROGRESS_SECONDS = 30  # a progress line this often when stderr is not a terminal
 
 
 def _interactive() -> bool:
-    """Whether stdout is a terminal (a progress bar) or a file or pipe (lines)."""
-    return hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
+    """Whether progress goes to a terminal (a bar) or to a file or pipe (lines)."""
+    return hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+
+
+def _progress(line: str) -> None:
+    """A progress line: on stderr (stdout keeps the report)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _epoch_line(epoch: int, epochs: int, steps: int, seconds: float, record: dict) -> str:
