@@ -7,7 +7,16 @@ top-level package. In a checkout the editable install (``pip install -e .``, wha
 PEP 660, ``setuptools>=64`` per ``pyproject.toml``) maps them the same way.
 """
 
+import os
+import re
+
 from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(HERE, "tfseq", "__init__.py"), encoding="utf-8") as f:
+    VERSION = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
+    README = f.read()
 
 MAPPED = {f"tfseq.{name}": name for name in ("pipelines", "models", "scripts")}
 COMMANDS = {"tfseq-train": "train", "tfseq-predict": "predict", "tfseq-export": "export",
@@ -15,8 +24,13 @@ COMMANDS = {"tfseq-train": "train", "tfseq-predict": "predict", "tfseq-export": 
 
 setup(
     name="tfseq",
-    version="0.1.0",
+    version=VERSION,
     description="Fast, exactly-once tf.data pipelines and Keras models for variable-length sequences.",
+    long_description=README,
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    classifiers=["Programming Language :: Python :: 3",
+                 "Topic :: Scientific/Engineering :: Artificial Intelligence"],
     packages=find_packages(include=["tfseq", "tfseq.*"]) + sorted(MAPPED),
     package_dir=MAPPED,
     package_data={"tfseq": ["data/*.gz", "data/README.md"]},

@@ -18,12 +18,12 @@ firewalled or on a trusted network; it logs the addresses it listens on.
 
 Usage:
   # a dispatcher on port 5050 (fault tolerant when --work_dir is given)
-  python scripts/data_service.py --role=dispatcher --port=5050 --work_dir=/tmp/tfdata \
+  tfseq-data-service --role=dispatcher --port=5050 --work_dir=/tmp/tfdata \
       --trusted_network
   # two workers on the same host
-  python scripts/data_service.py --role=worker --dispatcher_address=localhost:5050 --port=5051 \
+  tfseq-data-service --role=worker --dispatcher_address=localhost:5050 --port=5051 \
       --trusted_network
-  python scripts/data_service.py --role=worker --dispatcher_address=localhost:5050 --port=5052 \
+  tfseq-data-service --role=worker --dispatcher_address=localhost:5050 --port=5052 \
       --trusted_network
 
 Workers import tfseq (and tensorflow_text), so pipelines that use its ops run on them.

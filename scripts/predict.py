@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -38,7 +40,8 @@ from tfseq.formats import LINE_FORMATS  # noqa: E402
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "Model directory (uses its export/) or an export.",
                     required=True)
-flags.DEFINE_list("files", None, "Input files or globs (.gz allowed).", required=True)
+flags.DEFINE_list("files", None, "Input files or globs (.gz allowed); - reads stdin.",
+                  required=True)
 flags.DEFINE_enum("format", None, list(LINE_FORMATS), "Line format (default: tsv for "
                   "*.tsv[.gz], csv for *.csv[.gz] (RFC 4180 on one line), else text: the whole "
                   "line is the input).")
@@ -79,8 +82,6 @@ def main(argv):
     import keras
     import tensorflow as tf
 
-    from tfseq.pipelines.predicting import predict_files
-
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if FLAGS.verbose < 2:
@@ -90,15 +91,13 @@ def main(argv):
     report_to = sys.stderr if to_stdout else sys.stdout
     show_bar = FLAGS.verbose and not to_stdout and sys.stdout.isatty()
     bar = keras.utils.Progbar(None, verbose=1 if show_bar else 0, unit_name="line")
-    try:
-        report = predict_files(FLAGS.model_dir, FLAGS.files, FLAGS.output, fmt=FLAGS.format,
-                               columns=FLAGS.columns,
-                               header=FLAGS.header if FLAGS["header"].present else None,
-                               max_tokens=FLAGS.max_tokens, batching=FLAGS.batching,
-                               pool_size=FLAGS.pool_size,
-                               progress=bar.update if show_bar else None)
-    except (FileNotFoundError, ValueError) as e:
-        raise app.UsageError(str(e))
+    files = FLAGS.files
+    with tempfile.TemporaryDirectory() as scratch:
+        if files == ["-"]:  # stdin: kept in a file (the input is read by tf.data, in order)
+            files = [os.path.join(scratch, "stdin.txt")]
+            with open(files[0], "wb") as f:
+                shutil.copyfileobj(sys.stdin.buffer, f)
+        report = _predict(files, show_bar, bar)
     if show_bar:
         bar.update(report["lines"], finalize=True)
     if FLAGS.report_json:
@@ -106,6 +105,20 @@ def main(argv):
             json.dump(report, f, indent=2)
     if FLAGS.verbose:
         print(format_report(report), file=report_to)
+
+
+def _predict(files, show_bar, bar) -> dict:
+    from tfseq.pipelines.predicting import predict_files
+
+    try:
+        return predict_files(FLAGS.model_dir, files, FLAGS.output, fmt=FLAGS.format,
+                             columns=FLAGS.columns,
+                             header=FLAGS.header if FLAGS["header"].present else None,
+                             max_tokens=FLAGS.max_tokens, batching=FLAGS.batching,
+                             pool_size=FLAGS.pool_size,
+                             progress=bar.update if show_bar else None)
+    except (FileNotFoundError, ValueError) as e:
+        raise app.UsageError(str(e))
 
 
 def run():

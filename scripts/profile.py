@@ -1,9 +1,9 @@
 r"""Profile a tfseq input pipeline stage by stage (no model): where does the time go?
 
 Usage:
-  python scripts/profile.py                                   # the embedded corpus
-  python scripts/profile.py --files='data/*.gz' --field=-1 --batching=pack --num_splits=4
-  python scripts/profile.py --model_step_ms=120 --trace_dir=/tmp/trace   # + TensorBoard trace
+  tfseq-profile                                   # the embedded corpus
+  tfseq-profile --files='data/*.gz' --field=-1 --batching=pack --num_splits=4
+  tfseq-profile --model_step_ms=120 --trace_dir=/tmp/trace   # + TensorBoard trace
 
 For each prefix of the pipeline (read, field, clean, tokenize, filter, shuffle, batch, split,
 prefetch) it runs one pass over the data in the graph and prints examples/s and real tokens/s

@@ -5,7 +5,7 @@ Usage:
   tfseq-train --flagfile=runs/demo/flags.txt                   # the same run again (resumes)
   tfseq-train --task=classify --batching=pad --batch_size=32 --epochs=1
 
-Your own data (``scripts/make_user_data.py`` writes examples of each):
+Your own data (in a checkout, ``scripts/make_user_data.py`` writes examples of each):
   tfseq-train --task=classify --train_files='data/*.tsv' --header --columns=label,text
   tfseq-train --task=classify --train_files=d.csv --columns=text,label \
       --tokenizer=wordpiece --vocab_size=8000
@@ -13,7 +13,7 @@ Your own data (``scripts/make_user_data.py`` writes examples of each):
   tfseq-train --task=translate --source_files=train.en --target_files=train.de
   tfseq-train --task=tag --train_files=train.conll --format=conll --columns=token,_,_,tag
 
-(``python scripts/train.py`` is the same command from a checkout.)
+(``python -m tfseq.scripts.train`` is the same command.)
 
 Before the first step a run reads its training files once: the vocabulary (a uniform sample of
 ``--vocab_max_lines`` lines for wordpiece/sentencepiece), the labels or tags, and the line

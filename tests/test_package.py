@@ -26,6 +26,10 @@ def test_the_wheel_installs_the_commands_and_only_the_tfseq_package(tmp_path):
     for module in ("tfseq/pipelines/classify.py", "tfseq/models/tagger.py",
                    "tfseq/scripts/train.py", "tfseq/data/kjv_en.tsv.gz"):
         assert module in names
+    [metadata] = [n for n in names if n.endswith(".dist-info/METADATA")]
+    metadata = zipfile.ZipFile(wheel).read(metadata).decode()
+    assert "License: Apache-2.0" in metadata and "Version: 0.1.0" in metadata
+    assert "Variable-length sequences into TensorFlow models" in metadata  # the README
 
     # Outside the checkout and without its PYTHONPATH: there pip would see the checkout's
     # tfseq.egg-info and call tfseq "already satisfied", installing no commands.
@@ -48,19 +52,31 @@ def test_the_wheel_installs_the_commands_and_only_the_tfseq_package(tmp_path):
                   f"--model_dir={empty / 'run'}", "--verbose=0")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "interrupted: run the same command again to resume" in out.stdout
-    out = command("tfseq-export", f"--model_dir={empty / 'run'}")
-    assert out.returncode == 0, out.stderr[-3000:]
+    # --max_steps exported the model at that step: predict needs no tfseq-export.
     (empty / "in.txt").write_text("In the beginning God created the heaven\n\nAmen\n")
     out = command("tfseq-predict", f"--model_dir={empty / 'run'}", f"--files={empty / 'in.txt'}",
                   f"--output={empty / 'out.txt'}", "--verbose=0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = command("tfseq-export", f"--model_dir={empty / 'run'}")
     assert out.returncode == 0, out.stderr[-3000:]
     lines = (empty / "out.txt").read_text().split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[3] == ""
     assert lines[0].split("\t")[0] in ("Law", "History", "Wisdom", "Prophets",
                                        "Gospels and Acts", "Epistles", "Revelation")
-    for name, flag in (("tfseq-profile", "--model_step_ms"), ("tfseq-data-service", "--role")):
-        out = command(name, "--helpshort")  # absl prints the usage and exits with 1
-        assert flag in out.stdout, (name, out.stdout[-2000:], out.stderr[-2000:])
+    for name, flag in (("tfseq-profile", "--model_step_ms"), ("tfseq-data-service", "--role"),
+                       ("tfseq-train", "--max_tokens"), ("tfseq-predict", "--output")):
+        out = command(name, "--helpshort")
+        assert out.returncode == 0 and flag in out.stdout, (name, out.stdout[-2000:],
+                                                            out.stderr[-2000:])
+        assert f"  {name} " in out.stdout and "python scripts/" not in out.stdout
+    out = command("tfseq-export", "--model_dir=nowhere")
+    assert (out.returncode, out.stderr.strip().splitlines()[-1]) == (
+        2, "tfseq-export: error: No nowhere/run.json: export needs a directory written by "
+           "tfseq-train"), out.stderr[-2000:]
+    out = subprocess.run([str(venv / "bin" / "python"), "-c",
+                          "import tfseq; print(tfseq.__version__)"], cwd=empty, env=env,
+                         capture_output=True, text=True)
+    assert out.stdout.strip() == "0.1.0", out.stderr[-2000:]
     for package in ("models", "pipelines", "scripts"):
         out = subprocess.run([str(venv / "bin" / "python"), "-c", f"import {package}"],
                              cwd=empty, env=env, capture_output=True, text=True)

@@ -151,10 +151,11 @@ def test_binary_writes_output_and_report_and_fails_cleanly(tiny_exports, tmp_pat
     report = json.loads((tmp_path / "report.json").read_text())
     assert (report["lines"], report["empty"]) == (3, 1)
 
-    # --output=- (the default): predictions on stdout, the report on stderr.
+    # --files=- and --output=- (the default): stdin in, predictions on stdout, the report on
+    # stderr.
     out = subprocess.run(
-        [sys.executable, script, f"--model_dir={tiny_exports['classify'][0]}",
-         f"--files={tmp_path / 'in.txt'}"], capture_output=True, text=True, env=env,
+        [sys.executable, script, f"--model_dir={tiny_exports['classify'][0]}", "--files=-"],
+        input=(tmp_path / "in.txt").read_text(), capture_output=True, text=True, env=env,
         timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split("\n") == read_output(tmp_path / "out.txt") + [""]

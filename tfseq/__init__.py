@@ -5,6 +5,8 @@ Every transformation returns a ``dataset -> dataset`` function for ``Dataset.app
 
 import os as _os
 
+__version__ = "0.1.0"
+
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
