@@ -6,6 +6,7 @@ Every binary runs through ``run_command``, so all of them fail the same way: one
 flag, a flag conflict or bad input; ``--help`` exits 0.
 """
 
+import os
 import sys
 
 COMMANDS = {"train": "tfseq-train", "predict": "tfseq-predict", "export": "tfseq-export",
@@ -38,8 +39,8 @@ def run_command(module_name: str, main) -> None:
     from tfseq.errors import InputError
 
     module = sys.modules[module_name]
-    spec = getattr(module, "__spec__", None)  # python -m tfseq.scripts.train: __main__
-    command = command_name(spec.name if spec is not None else module_name)
+    # Run as a file (python scripts/train.py) or a module (python -m ...), it is __main__.
+    command = command_name(os.path.splitext(os.path.basename(module.__file__))[0])
     sys.modules["__main__"].__doc__ = module.__doc__
     for flag in flags.FLAGS.get_flags_for_module(module_name):
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
