@@ -20,11 +20,15 @@ demo: $(STAMP)
 
 # `make test`: every test but the slow end-to-end ones (under ~15 minutes on 2 cores);
 # `make test-slow`: those (servers and binaries in separate processes); CI runs both.
+# Tests run in TEST_WORKERS processes (pytest-xdist; `auto`: one per core, at most 4, as each
+# holds a TensorFlow runtime; 0: in this process).
+TEST_WORKERS ?= auto
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --maxprocesses=4 --durations=15
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PYTEST) -m "not slow" tests
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow tests
+	$(PYTEST) -m slow tests
 
 test-all: test test-slow
 

@@ -46,7 +46,7 @@ setup(
         "tokenizers",  # Vocab.learn(tokenizer="wordpiece"): Hugging Face's Rust WordPiece trainer
     ],
     extras_require={
-        "test": ["pytest", "hypothesis"],
+        "test": ["pytest", "hypothesis", "pytest-xdist"],  # xdist: `make test` on every core
         "profile": ["tensorboard-plugin-profile"],
         "plot": ["matplotlib"],
     },
