@@ -181,11 +181,12 @@ def test_iterator_checkpoint_at_every_batch_resumes_bucketing_exactly(tmp_path):
         max_tokens=18, pool_size=10, seed=7)).with_options(options)
     expected = [b["label"] for b in to_list(make())]
     assert sorted(sum(expected, [])) == list(range(45))
-    for position in range(1, len(expected)):
-        it = iter(make())
-        for _ in range(position):
-            next(it)
-        path = tf.train.Checkpoint(iterator=it).write(str(tmp_path / f"ckpt{position}"))
+    it, paths = iter(make()), {}
+    for position in range(1, len(expected)):  # one pass, a checkpoint after every batch
+        next(it)
+        paths[position] = tf.train.Checkpoint(iterator=it).write(
+            str(tmp_path / f"ckpt{position}"))
+    for position, path in paths.items():
         it2 = iter(make())
         tf.train.Checkpoint(iterator=it2).read(path).assert_consumed()
         assert [to_python(b)["label"] for b in it2] == expected[position:], position
