@@ -41,6 +41,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfseq import decoding
 from tfseq.distribute import GlobalWeightedLoss
 from tfseq.layers import MaskedAttention, ResettableRNN
 from tfseq.text import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -204,19 +205,9 @@ def greedy_decode(model: keras.Model, source, source_length, *, max_length: int,
     source = tf.convert_to_tensor(source, tf.int32)
     source_length = tf.convert_to_tensor(source_length, tf.int32)
     memory, state = model.encode(source, source_length)
-    penalty = np.zeros([model.target_vocab_size], np.float32)
-    penalty[list(suppress_ids)] = -np.inf
-    token = tf.fill([tf.shape(source)[0], 1], tf.constant(bos_id, tf.int32))
-    done = tf.zeros([tf.shape(source)[0]], tf.bool)
-    outputs = []
-    for _ in range(max_length):
-        logits, state = model.decode_step(token, state, memory, source_length)
-        token = tf.argmax(logits + penalty, axis=-1, output_type=tf.int32)[:, None]  # [B, 1]
-        outputs.append(tf.where(done, 0, token[:, 0]))
-        done = tf.logical_or(done, tf.equal(token[:, 0], eos_id))
-        if bool(tf.reduce_all(done)):
-            break
-    ids = tf.stack(outputs, axis=1).numpy()
+    ids = decoding.greedy_decode(model.decode_step, memory, state, source_length,
+                                 max_length=max_length, bos_id=bos_id, eos_id=eos_id,
+                                 suppress_ids=suppress_ids).numpy()
     return np.pad(ids, [[0, 0], [0, max_length - ids.shape[1]]])
 
 

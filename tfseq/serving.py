@@ -216,8 +216,18 @@ def _at_least_one_step(ids: tf.Tensor) -> tf.Tensor:
     return tf.pad(ids, [[0, 0], [0, 1 - tf.minimum(tf.shape(ids)[1], 1)]])
 
 
-class _Served(tf.Module):
-    """Common parts: the encoder, the policy, the ``encode`` function."""
+class Served(tf.Module):
+    """A served task: ``serve``, ``encode`` and ``predict_ids`` (see the module docstring),
+    written once here; a task's subclass supplies ``_predict`` and, if its input is not
+    ``text``, ``input_name``.
+
+    Args:
+      encoder: the ``TextEncoder`` of the input.
+      long_examples: ``"truncate"`` or ``"drop"`` (a dropped line's outputs are all zero:
+        ``""`` for strings, 0 for numbers).
+    """
+
+    input_name = "text"
 
     def __init__(self, encoder: TextEncoder, long_examples: str):
         super().__init__()
@@ -226,19 +236,39 @@ class _Served(tf.Module):
                              f"{LONG_EXAMPLES}")
         self.encoder = encoder
         self.drop_long = long_examples == "drop"
+        text = [tf.TensorSpec([None], tf.string, name="text")]
+        self.serve = tf.function(self._serve, input_signature=[
+            tf.TensorSpec([None], tf.string, name=self.input_name)])
+        self.encode = tf.function(self._encode, input_signature=text)
+        self.predict_ids = tf.function(self._predict, input_signature=[
+            tf.TensorSpec([None, None], tf.int32, name="ids"),
+            tf.TensorSpec([None], tf.int32, name="ids_length")])
 
     def _encode(self, text):
         ids, truncated = self.encoder(text)
         return {"ids": ids, "truncated": truncated}
 
-    def _valid(self, lengths, truncated, min_length):
-        valid = lengths >= min_length
-        if self.drop_long:
-            valid &= tf.logical_not(truncated)
-        return valid
+    def _serve(self, text):
+        encoded = self._encode(text)
+        padded, lengths = _padded(encoded["ids"])
+        out = self._predict(padded, lengths)
+        if not self.drop_long:
+            return out
+        keep = tf.logical_not(encoded["truncated"])
+
+        def blank(value):
+            mask = tf.reshape(keep, tf.concat([tf.shape(keep), tf.ones(
+                [tf.rank(value) - 1], tf.int32)], 0))
+            return tf.where(mask, value, tf.zeros_like(value))
+
+        return {k: blank(v) for k, v in out.items()}
+
+    def _predict(self, ids, lengths) -> dict:
+        """int32 [B, T] ids (0-padded), int32 [B] lengths -> the task's outputs."""
+        raise NotImplementedError
 
 
-class ServedClassifier(_Served):
+class ServedClassifier(Served):
     """``text`` -> ``label``, ``probabilities``; see the module docstring."""
 
     def __init__(self, model_fn: ModelFn, encoder: TextEncoder, labels: Sequence[str],
@@ -252,7 +282,8 @@ class ServedClassifier(_Served):
         self.num_labels = len(labels)
         self.model_fn = model_fn
 
-    def _predict(self, ids, lengths, valid):
+    def _predict(self, ids, lengths):
+        valid = lengths >= 1
         # Rows with no tokens run as one <unk> (their output is replaced anyway).
         ids = _at_least_one_step(ids)
         ids = tf.where((lengths == 0)[:, None] & (tf.range(tf.shape(ids)[1]) == 0)[None, :],
@@ -263,23 +294,8 @@ class ServedClassifier(_Served):
         label = tf.where(valid, self.labels.lookup(best), "")
         return {"label": label, "probabilities": probabilities}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-    def serve(self, text):
-        encoded = self._encode(text)
-        padded, lengths = _padded(encoded["ids"])
-        return self._predict(padded, lengths, self._valid(lengths, encoded["truncated"], 1))
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-    def encode(self, text):
-        return self._encode(text)
-
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="ids"),
-                                  tf.TensorSpec([None], tf.int32, name="ids_length")])
-    def predict_ids(self, ids, ids_length):
-        return self._predict(ids, ids_length, ids_length >= 1)
-
-
-class ServedLanguageModel(_Served):
+class ServedLanguageModel(Served):
     """``text`` -> ``log_likelihood``, ``tokens``; the ids are ``<s> w1 .. wn </s>`` and the
     model reads ``<s> w1 .. wn`` to score ``w1 .. wn </s>``."""
 
@@ -296,29 +312,10 @@ class ServedLanguageModel(_Served):
         return {"log_likelihood": tf.reduce_sum(tf.where(real, scores, 0.0), axis=1),
                 "tokens": tf.maximum(lengths - 1, 0)}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-    def serve(self, text):
-        encoded = self._encode(text)
-        padded, lengths = _padded(encoded["ids"])
-        out = self._predict(padded, lengths)
-        if self.drop_long:
-            keep = tf.logical_not(encoded["truncated"])
-            out = {"log_likelihood": tf.where(keep, out["log_likelihood"], 0.0),
-                   "tokens": tf.where(keep, out["tokens"], 0)}
-        return out
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-    def encode(self, text):
-        return self._encode(text)
-
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="ids"),
-                                  tf.TensorSpec([None], tf.int32, name="ids_length")])
-    def predict_ids(self, ids, ids_length):
-        return self._predict(ids, ids_length)
-
-
-class ServedTranslator(_Served):
-    """``source`` -> ``translation`` by greedy decoding, at most ``max_decode_length`` tokens.
+class ServedTranslator(Served):
+    """``source`` -> ``translation`` by greedy decoding (``tfseq.decoding.greedy_decode``), at
+    most ``max_decode_length`` tokens.
 
     Args:
       encode_fn: ``(source int32 [B, S], lengths [B]) -> (memory, state)``.
@@ -326,9 +323,10 @@ class ServedTranslator(_Served):
         state)``.
       encoder: the source ``TextEncoder``; target_encoder: the target one (its vocabulary
         turns ids back into text).
-      suppress_ids: ids never generated (``<pad>``, ``<unk>``, ``<s>`` as in
-        ``models.translate.greedy_decode``).
+      suppress_ids: ids never generated (``<pad>``, ``<unk>``, ``<s>``).
     """
+
+    input_name = "source"
 
     def __init__(self, encode_fn, step_fn, encoder: TextEncoder, target_encoder: TextEncoder,
                  max_decode_length: int, long_examples: str = "truncate",
@@ -341,58 +339,20 @@ class ServedTranslator(_Served):
         self.suppress_ids = tuple(suppress_ids)
 
     def _predict(self, source, lengths):
+        from tfseq.decoding import greedy_decode
+
         valid = lengths >= 1
         lengths = tf.maximum(lengths, 1)
         source = _at_least_one_step(source)
-        rows = tf.shape(source)[0]
         memory, state = self.encode_fn(source, lengths)
-        token = tf.fill([rows, 1], BOS_ID)
-        done = tf.zeros([rows], tf.bool)
-        out = tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[None])
-
-        def body(i, token, state, done, out):
-            logits, state = self.step_fn(token, state, memory, lengths)
-            penalty = tf.scatter_nd([[s] for s in self.suppress_ids],
-                                    tf.fill([len(self.suppress_ids)], -1e9),
-                                    tf.shape(logits)[-1:])
-            next_token = tf.argmax(logits + penalty, axis=-1, output_type=tf.int32)
-            out = out.write(i, tf.where(done, 0, next_token))
-            done = done | tf.equal(next_token, EOS_ID)
-            return i + 1, next_token[:, None], state, done, out
-
-        def cond(i, token, state, done, out):
-            # At least one step, so the output is [B, >= 1] even for an empty batch.
-            return (i < self.max_decode_length) & ((i == 0) | tf.logical_not(tf.reduce_all(done)))
-
-        _, _, _, _, out = tf.while_loop(
-            cond, body, (tf.constant(0), token, state, done, out),
-            shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, 1]),
-                              tf.nest.map_structure(lambda s: s.shape, state),
-                              tf.TensorShape([None]), tf.TensorShape(None)))
-        ids = tf.transpose(out.stack())
+        ids = greedy_decode(self.step_fn, memory, state, lengths,
+                            max_length=self.max_decode_length, bos_id=BOS_ID, eos_id=EOS_ID,
+                            suppress_ids=self.suppress_ids)
         translation = self.target_encoder.to_text(ids)
         return {"translation": tf.where(valid, translation, "")}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="source")])
-    def serve(self, source):
-        encoded = self._encode(source)
-        padded, lengths = _padded(encoded["ids"])
-        out = self._predict(padded, lengths)
-        if self.drop_long:
-            out = {"translation": tf.where(encoded["truncated"], "", out["translation"])}
-        return out
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-    def encode(self, text):
-        return self._encode(text)
-
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="ids"),
-                                  tf.TensorSpec([None], tf.int32, name="ids_length")])
-    def predict_ids(self, ids, ids_length):
-        return self._predict(ids, ids_length)
-
-
-class ServedTagger(_Served):
+class ServedTagger(Served):
     """``text`` (whitespace-separated tokens) -> ``tags``: one tag per token, space-joined.
 
     The model's logits ``[B, T, K + 1]`` score tag ids 1..K (``tags.txt`` line i is id i + 1;
@@ -418,23 +378,8 @@ class ServedTagger(_Served):
         return {"tags": tf.strings.reduce_join(tf.ragged.boolean_mask(names, real), axis=1,
                                                separator=" ")}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-    def serve(self, text):
-        encoded = self._encode(text)
-        padded, lengths = _padded(encoded["ids"])
-        return self._predict(padded, lengths)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-    def encode(self, text):
-        return self._encode(text)
-
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="ids"),
-                                  tf.TensorSpec([None], tf.int32, name="ids_length")])
-    def predict_ids(self, ids, ids_length):
-        return self._predict(ids, ids_length)
-
-
-def save(module: _Served, export_dir: str, info: dict) -> str:
+def save(module: Served, export_dir: str, info: dict) -> str:
     """Writes ``module`` as a SavedModel at ``export_dir`` (replacing it) with ``info`` as the
     ``serving.json`` asset; returns ``export_dir``."""
     scratch = tempfile.mkdtemp(prefix="tfseq_export_")
