@@ -192,7 +192,7 @@ def test_changed_settings_stop_before_training_naming_each_change(tmp_path):
         ({"seed": 3}, "--seed: saved 0, now 3"),
         ({"max_tokens": 48}, "--num_replicas x --max_tokens: saved 96, now 48"),
         ({"eval_percent": 20}, "--eval_percent: saved 0, now 20"),
-        ({"batching": "pack"}, "--batching: saved 'bucket', now 'pack'"),
+        ({"batching": "pack", "block_length": 12}, "--batching: saved 'bucket', now 'pack'"),
         ({"learning_rate": 0.01}, "model learning_rate: saved 0.003, now 0.01"),
     ]:
         out = train(*common(corpus, run, **change))
