@@ -126,4 +126,7 @@ def main(out_path, num_replicas):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 4)
+    from tfseq._common import traced_as_written
+
+    with traced_as_written():  # as the training binary runs (no AutoGraph conversion)
+        main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 4)

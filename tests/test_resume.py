@@ -317,8 +317,11 @@ def test_report_has_one_schema_single_replicated_and_two_workers(tmp_path):
 
 
 if __name__ == "__main__":
+    from tfseq._common import traced_as_written
+
     if sys.argv[1] == "elastic":
-        elastic_child(*sys.argv[2:6], int(sys.argv[6]), int(sys.argv[7]) or None)
+        with traced_as_written():  # as the training binary runs (no AutoGraph conversion)
+            elastic_child(*sys.argv[2:6], int(sys.argv[6]), int(sys.argv[7]) or None)
 
 
 def test_checkpoints_are_listed_from_a_relative_model_dir_and_partial_ones_removed(
