@@ -23,6 +23,8 @@ Drop reasons: the source's (``malformed``, ``invalid_utf8``, ``empty_text``, ``o
 from __future__ import annotations
 
 import dataclasses
+import os
+from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -33,6 +35,7 @@ from tfseq.model_inputs import ModelFeatures
 from tfseq.pipelines import verses
 from tfseq.pipelines.config import TextConfig
 from tfseq.pipelines.spine import TextTask, limit_lengths, token_ids
+from tfseq.text import UNK_ID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +71,7 @@ class Classify(TextTask):
         labels = list(state.labels["label"])
         encoder = serving.TextEncoder(state.vocab, asset_dir, tokenizer=config.tokenizer,
                                       lowercase=config.lowercase, max_length=config.max_length)
-        module = serving.ServedClassifier(serving.keras_model_fn(model), encoder, labels,
+        module = ServedClassifier(serving.keras_model_fn(model), encoder, labels,
                                           asset_dir, config.long_examples)
         return module, {"input": "text", "outputs": ["label", "probabilities"],
                         "num_labels": len(labels), "max_ids": config.max_length}
@@ -79,6 +82,34 @@ class Classify(TextTask):
 
     def baselines(self, eval_ds):
         return {"majority-class": majority_baseline(eval_ds)}
+
+
+
+class ServedClassifier(serving.Served):
+    """``text`` -> ``label``, ``probabilities`` (see ``tfseq.serving``)."""
+
+    def __init__(self, model_fn: serving.ModelFn, encoder: serving.TextEncoder,
+                 labels: Sequence[str], asset_dir: str, long_examples: str = "truncate"):
+        super().__init__(encoder, long_examples)
+        path = os.path.join(asset_dir, serving.ASSET_LABELS)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(f"{label}\n" for label in labels))
+        self.labels_file = tf.saved_model.Asset(path)
+        self.labels = serving.id_to_line_table(self.labels_file)
+        self.num_labels = len(labels)
+        self.model_fn = model_fn
+
+    def _predict(self, ids, lengths):
+        valid = lengths >= 1
+        # Rows with no tokens run as one <unk> (their output is replaced anyway).
+        ids = serving.at_least_one_step(ids)
+        ids = tf.where((lengths == 0)[:, None] & (tf.range(tf.shape(ids)[1]) == 0)[None, :],
+                       UNK_ID, ids)
+        probabilities = tf.nn.softmax(self.model_fn(ids, tf.maximum(lengths, 1)), axis=-1)
+        probabilities = tf.where(valid[:, None], probabilities, 0.0)
+        best = tf.argmax(probabilities, axis=-1)
+        label = tf.where(valid, self.labels.lookup(best), "")
+        return {"label": label, "probabilities": probabilities}
 
 
 TASK = Classify()

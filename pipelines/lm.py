@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import tensorflow as tf
+
 from tfseq import serving
 from tfseq.model_inputs import ModelFeatures
 from tfseq.pipelines import verses
@@ -64,13 +66,32 @@ class LanguageModelling(TextTask):
         encoder = serving.TextEncoder(state.vocab, asset_dir, tokenizer=config.tokenizer,
                                       lowercase=config.lowercase, max_length=config.max_length,
                                       add_bos=True, add_eos=True)
-        module = serving.ServedLanguageModel(serving.keras_model_fn(model), encoder,
+        module = ServedLanguageModel(serving.keras_model_fn(model), encoder,
                                              config.long_examples)
         return module, {"input": "text", "outputs": ["log_likelihood", "tokens"],
                         "max_ids": config.max_length + 2, "needs_tokens": False}
 
     def prediction_line(self, row):
         return f"{float(row['log_likelihood']):.6f}\t{int(row['tokens'])}"
+
+
+
+class ServedLanguageModel(serving.Served):
+    """``text`` -> ``log_likelihood``, ``tokens``; the ids are ``<s> w1 .. wn </s>`` and the
+    model reads ``<s> w1 .. wn`` to score ``w1 .. wn </s>``."""
+
+    def __init__(self, model_fn: serving.ModelFn, encoder: serving.TextEncoder,
+                 long_examples: str = "truncate"):
+        super().__init__(encoder, long_examples)
+        self.model_fn = model_fn
+
+    def _predict(self, ids, lengths):
+        inputs, targets = ids[:, :-1], ids[:, 1:]
+        logits = self.model_fn(inputs, lengths - 1)
+        scores = tf.gather(tf.nn.log_softmax(logits, axis=-1), targets, batch_dims=2)
+        real = tf.range(tf.shape(targets)[1])[None, :] < (lengths - 1)[:, None]
+        return {"log_likelihood": tf.reduce_sum(tf.where(real, scores, 0.0), axis=1),
+                "tokens": tf.maximum(lengths - 1, 0)}
 
 
 TASK = LanguageModelling()

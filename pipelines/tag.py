@@ -29,6 +29,8 @@ Drop reasons: the source's (``malformed``, ``invalid_utf8``, ``empty_text``, ``o
 from __future__ import annotations
 
 import dataclasses
+import os
+from typing import Sequence
 
 import tensorflow as tf
 
@@ -121,13 +123,41 @@ class Tag(TextTask):
     def serving_module(self, config, state, model, asset_dir):
         encoder = serving.TextEncoder(state.vocab, asset_dir, tokenizer="whitespace",
                                       lowercase=config.lowercase)
-        module = serving.ServedTagger(serving.keras_model_fn(model), encoder,
+        module = ServedTagger(serving.keras_model_fn(model), encoder,
                                       list(state.labels["tags"]), asset_dir)
         return module, {"input": "text", "outputs": ["tags"],
                         "num_tags": len(state.labels["tags"])}
 
     def prediction_line(self, row):
         return row["tags"].decode("utf-8")
+
+
+
+class ServedTagger(serving.Served):
+    """``text`` (whitespace-separated tokens) -> ``tags``: one tag per token, space-joined.
+
+    The model's logits ``[B, T, K + 1]`` score tag ids 1..K (``tags.txt`` line i is id i + 1;
+    0 is padding and never predicted). Every token of a line is tagged, however long the line.
+    """
+
+    def __init__(self, model_fn: serving.ModelFn, encoder: serving.TextEncoder, tags: Sequence[str],
+                 asset_dir: str):
+        super().__init__(encoder, "truncate")
+        path = os.path.join(asset_dir, serving.ASSET_TAGS)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(f"{tag}\n" for tag in tags))
+        self.tags_file = tf.saved_model.Asset(path)
+        self.tags = serving.id_to_line_table(self.tags_file)
+        self.model_fn = model_fn
+
+    def _predict(self, ids, lengths):
+        ids = serving.at_least_one_step(ids)
+        logits = self.model_fn(ids, tf.maximum(lengths, 1))[:, :, 1:]
+        best = tf.argmax(logits, axis=-1)                          # [B, T]: tag id - 1
+        names = self.tags.lookup(best)
+        real = tf.range(tf.shape(best)[1])[None, :] < lengths[:, None]
+        return {"tags": tf.strings.reduce_join(tf.ragged.boolean_mask(names, real), axis=1,
+                                               separator=" ")}
 
 
 TASK = Tag()

@@ -34,12 +34,16 @@ checks, ``too_short`` and ``too_long`` (``long_examples="drop"``, the default).
 from __future__ import annotations
 
 import dataclasses
+from typing import Sequence
+
+import tensorflow as tf
 
 from tfseq import serving
 from tfseq.model_inputs import ModelFeatures
 from tfseq.pipelines import sources, verses
 from tfseq.pipelines.config import GenerativeConfig
 from tfseq.pipelines.spine import TextTask, limit_lengths, token_ids
+from tfseq.text import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +96,7 @@ class Translate(TextTask):
         target = serving.TextEncoder(state.vocabs["target"], asset_dir,
                                      tokenizer=config.tokenizer, lowercase=config.lowercase,
                                      name="target_vocab.txt")
-        module = serving.ServedTranslator(model.encode, model.decode_step, source, target,
+        module = ServedTranslator(model.encode, model.decode_step, source, target,
                                           max_decode_length=config.max_length + 1,
                                           long_examples=config.long_examples)
         return module, {"input": "source", "outputs": ["translation"],
@@ -104,6 +108,47 @@ class Translate(TextTask):
     def sample_lines(self, config, state, model, eval_ds):
         from tfseq.models.translate import decode_examples
         return decode_examples(model, eval_ds, state, max_length=config.max_length + 1)
+
+
+
+class ServedTranslator(serving.Served):
+    """``source`` -> ``translation`` by greedy decoding (``tfseq.decoding.greedy_decode``), at
+    most ``max_decode_length`` tokens.
+
+    Args:
+      encode_fn: ``(source int32 [B, S], lengths [B]) -> (memory, state)``.
+      step_fn: ``(token int32 [B, 1], state, memory, lengths) -> (logits float32 [B, V],
+        state)``.
+      encoder: the source ``serving.TextEncoder``; target_encoder: the target one (its vocabulary
+        turns ids back into text).
+      suppress_ids: ids never generated (``<pad>``, ``<unk>``, ``<s>``).
+    """
+
+    input_name = "source"
+
+    def __init__(self, encode_fn, step_fn, encoder: serving.TextEncoder,
+                 target_encoder: serving.TextEncoder, max_decode_length: int,
+                 long_examples: str = "truncate",
+                 suppress_ids: Sequence[int] = (PAD_ID, UNK_ID, BOS_ID)):
+        super().__init__(encoder, long_examples)
+        self.target_encoder = target_encoder
+        self.encode_fn = encode_fn
+        self.step_fn = step_fn
+        self.max_decode_length = max_decode_length
+        self.suppress_ids = tuple(suppress_ids)
+
+    def _predict(self, source, lengths):
+        from tfseq.decoding import greedy_decode
+
+        valid = lengths >= 1
+        lengths = tf.maximum(lengths, 1)
+        source = serving.at_least_one_step(source)
+        memory, state = self.encode_fn(source, lengths)
+        ids = greedy_decode(self.step_fn, memory, state, lengths,
+                            max_length=self.max_decode_length, bos_id=BOS_ID, eos_id=EOS_ID,
+                            suppress_ids=self.suppress_ids)
+        translation = self.target_encoder.to_text(ids)
+        return {"translation": tf.where(valid, translation, "")}
 
 
 TASK = Translate()

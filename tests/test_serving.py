@@ -14,6 +14,7 @@ from tfseq import serving
 from conftest import train_tiny, write_tiny_corpus
 
 from tfseq.pipelines import runs, tasks
+from tfseq.pipelines.classify import ServedClassifier
 from tfseq.pipelines.exporting import export_run, load_run, restore_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,8 +106,8 @@ def test_long_inputs_truncate_by_default_and_drop_on_request(tiny_exports, tmp_p
     np.testing.assert_allclose(probabilities[0], probabilities[1], atol=1e-6)
 
     encoder = serving.TextEncoder(state.vocab, str(tmp_path), lowercase=True, max_length=12)
-    dropping = serving.ServedClassifier(serving.keras_model_fn(model), encoder,
-                                        list(state.labels["label"]), str(tmp_path), "drop")
+    dropping = ServedClassifier(serving.keras_model_fn(model), encoder,
+                                list(state.labels["label"]), str(tmp_path), "drop")
     out = dropping.serve(tf.constant([" ".join(words), " ".join(words[:12]), ""]))
     labels = [s.decode() for s in out["label"].numpy()]
     assert labels[0] == "" and labels[1] != "" and labels[2] == ""

@@ -46,7 +46,7 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Callable, Sequence
+from typing import Callable
 
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -72,7 +72,7 @@ def _token_to_id_table(asset: tf.saved_model.Asset) -> tf.lookup.StaticHashTable
             tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER), default_value=UNK_ID)
 
 
-def _id_to_line_table(asset: tf.saved_model.Asset) -> tf.lookup.StaticHashTable:
+def id_to_line_table(asset: tf.saved_model.Asset) -> tf.lookup.StaticHashTable:
     """id i (int64) -> line i of the asset; unknown -> ``""``."""
     return tf.lookup.StaticHashTable(
         tf.lookup.TextFileInitializer(
@@ -111,7 +111,7 @@ class TextEncoder(tf.Module):
         vocab.save(vocab_path)
         self.vocab_file = tf.saved_model.Asset(vocab_path)
         self.table = _token_to_id_table(self.vocab_file)
-        self.id_to_token = _id_to_line_table(self.vocab_file)
+        self.id_to_token = id_to_line_table(self.vocab_file)
         spm = getattr(vocab, "sentencepiece_model", None)
         tokenizer = tokenizer or "whitespace"
         self.sentencepiece = None
@@ -206,12 +206,12 @@ def keras_model_fn(model) -> ModelFn:
     return fn
 
 
-def _padded(ids: tf.RaggedTensor):
+def padded(ids: tf.RaggedTensor):
     """int32 RaggedTensor [B, (T)] -> (int32 [B, T] 0-padded, lengths int32 [B])."""
     return ids.to_tensor(PAD_ID), tf.cast(ids.row_lengths(), tf.int32)
 
 
-def _at_least_one_step(ids: tf.Tensor) -> tf.Tensor:
+def at_least_one_step(ids: tf.Tensor) -> tf.Tensor:
     """int32 [B, T] -> [B, max(T, 1)]: a batch of empty lines still gives the model a step."""
     return tf.pad(ids, [[0, 0], [0, 1 - tf.minimum(tf.shape(ids)[1], 1)]])
 
@@ -250,8 +250,8 @@ class Served(tf.Module):
 
     def _serve(self, text):
         encoded = self._encode(text)
-        padded, lengths = _padded(encoded["ids"])
-        out = self._predict(padded, lengths)
+        ids, lengths = padded(encoded["ids"])
+        out = self._predict(ids, lengths)
         if not self.drop_long:
             return out
         keep = tf.logical_not(encoded["truncated"])
@@ -266,117 +266,6 @@ class Served(tf.Module):
     def _predict(self, ids, lengths) -> dict:
         """int32 [B, T] ids (0-padded), int32 [B] lengths -> the task's outputs."""
         raise NotImplementedError
-
-
-class ServedClassifier(Served):
-    """``text`` -> ``label``, ``probabilities``; see the module docstring."""
-
-    def __init__(self, model_fn: ModelFn, encoder: TextEncoder, labels: Sequence[str],
-                 asset_dir: str, long_examples: str = "truncate"):
-        super().__init__(encoder, long_examples)
-        path = os.path.join(asset_dir, ASSET_LABELS)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("".join(f"{label}\n" for label in labels))
-        self.labels_file = tf.saved_model.Asset(path)
-        self.labels = _id_to_line_table(self.labels_file)
-        self.num_labels = len(labels)
-        self.model_fn = model_fn
-
-    def _predict(self, ids, lengths):
-        valid = lengths >= 1
-        # Rows with no tokens run as one <unk> (their output is replaced anyway).
-        ids = _at_least_one_step(ids)
-        ids = tf.where((lengths == 0)[:, None] & (tf.range(tf.shape(ids)[1]) == 0)[None, :],
-                       UNK_ID, ids)
-        probabilities = tf.nn.softmax(self.model_fn(ids, tf.maximum(lengths, 1)), axis=-1)
-        probabilities = tf.where(valid[:, None], probabilities, 0.0)
-        best = tf.argmax(probabilities, axis=-1)
-        label = tf.where(valid, self.labels.lookup(best), "")
-        return {"label": label, "probabilities": probabilities}
-
-
-class ServedLanguageModel(Served):
-    """``text`` -> ``log_likelihood``, ``tokens``; the ids are ``<s> w1 .. wn </s>`` and the
-    model reads ``<s> w1 .. wn`` to score ``w1 .. wn </s>``."""
-
-    def __init__(self, model_fn: ModelFn, encoder: TextEncoder,
-                 long_examples: str = "truncate"):
-        super().__init__(encoder, long_examples)
-        self.model_fn = model_fn
-
-    def _predict(self, ids, lengths):
-        inputs, targets = ids[:, :-1], ids[:, 1:]
-        logits = self.model_fn(inputs, lengths - 1)
-        scores = tf.gather(tf.nn.log_softmax(logits, axis=-1), targets, batch_dims=2)
-        real = tf.range(tf.shape(targets)[1])[None, :] < (lengths - 1)[:, None]
-        return {"log_likelihood": tf.reduce_sum(tf.where(real, scores, 0.0), axis=1),
-                "tokens": tf.maximum(lengths - 1, 0)}
-
-
-class ServedTranslator(Served):
-    """``source`` -> ``translation`` by greedy decoding (``tfseq.decoding.greedy_decode``), at
-    most ``max_decode_length`` tokens.
-
-    Args:
-      encode_fn: ``(source int32 [B, S], lengths [B]) -> (memory, state)``.
-      step_fn: ``(token int32 [B, 1], state, memory, lengths) -> (logits float32 [B, V],
-        state)``.
-      encoder: the source ``TextEncoder``; target_encoder: the target one (its vocabulary
-        turns ids back into text).
-      suppress_ids: ids never generated (``<pad>``, ``<unk>``, ``<s>``).
-    """
-
-    input_name = "source"
-
-    def __init__(self, encode_fn, step_fn, encoder: TextEncoder, target_encoder: TextEncoder,
-                 max_decode_length: int, long_examples: str = "truncate",
-                 suppress_ids: Sequence[int] = (PAD_ID, UNK_ID, BOS_ID)):
-        super().__init__(encoder, long_examples)
-        self.target_encoder = target_encoder
-        self.encode_fn = encode_fn
-        self.step_fn = step_fn
-        self.max_decode_length = max_decode_length
-        self.suppress_ids = tuple(suppress_ids)
-
-    def _predict(self, source, lengths):
-        from tfseq.decoding import greedy_decode
-
-        valid = lengths >= 1
-        lengths = tf.maximum(lengths, 1)
-        source = _at_least_one_step(source)
-        memory, state = self.encode_fn(source, lengths)
-        ids = greedy_decode(self.step_fn, memory, state, lengths,
-                            max_length=self.max_decode_length, bos_id=BOS_ID, eos_id=EOS_ID,
-                            suppress_ids=self.suppress_ids)
-        translation = self.target_encoder.to_text(ids)
-        return {"translation": tf.where(valid, translation, "")}
-
-
-class ServedTagger(Served):
-    """``text`` (whitespace-separated tokens) -> ``tags``: one tag per token, space-joined.
-
-    The model's logits ``[B, T, K + 1]`` score tag ids 1..K (``tags.txt`` line i is id i + 1;
-    0 is padding and never predicted). Every token of a line is tagged, however long the line.
-    """
-
-    def __init__(self, model_fn: ModelFn, encoder: TextEncoder, tags: Sequence[str],
-                 asset_dir: str):
-        super().__init__(encoder, "truncate")
-        path = os.path.join(asset_dir, ASSET_TAGS)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("".join(f"{tag}\n" for tag in tags))
-        self.tags_file = tf.saved_model.Asset(path)
-        self.tags = _id_to_line_table(self.tags_file)
-        self.model_fn = model_fn
-
-    def _predict(self, ids, lengths):
-        ids = _at_least_one_step(ids)
-        logits = self.model_fn(ids, tf.maximum(lengths, 1))[:, :, 1:]
-        best = tf.argmax(logits, axis=-1)                          # [B, T]: tag id - 1
-        names = self.tags.lookup(best)
-        real = tf.range(tf.shape(best)[1])[None, :] < lengths[:, None]
-        return {"tags": tf.strings.reduce_join(tf.ragged.boolean_mask(names, real), axis=1,
-                                               separator=" ")}
 
 
 def save(module: Served, export_dir: str, info: dict) -> str:
