@@ -26,6 +26,17 @@ CONFIG_FLAGS = {
 FLAG_OF_FIELD = {field: flag for flag, field in CONFIG_FLAGS.items()}
 LIST_FLAGS = ("files", "train_files", "eval_files", "columns", "source_files", "target_files")
 INT_LIST_FLAGS = ("block_length", "boundaries")
+PATH_FLAGS = ("files", "train_files", "eval_files", "source_files", "target_files", "vocab",
+              "model_dir")
+
+
+def absolute(value):
+    """A path (or a tuple or list of paths or globs) made absolute; ``None`` stays."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return type(value)(os.path.abspath(v) for v in value)
+    return os.path.abspath(value)
 
 
 def build_config(task, flag_values):
@@ -50,6 +61,8 @@ def build_config(task, flag_values):
             value = tuple(sorted({int(v) for v in value}))
             if flag_name == "block_length" and len(value) == 1:
                 value = value[0]
+        if flag_name in PATH_FLAGS:  # the run's files whatever the directory it runs from
+            value = absolute(value)
         values[field] = value
     config = dataclasses.replace(task.Config(), **values)
     batching = getattr(config, "batching", "pad")

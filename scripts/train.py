@@ -45,7 +45,8 @@ from absl import app, flags, logging  # noqa: E402
 
 from tfseq.formats import FORMATS  # noqa: E402
 from tfseq.pipelines import tasks  # noqa: E402
-from tfseq.pipelines.flag_config import build_config, changed_run_message  # noqa: E402
+from tfseq.pipelines.flag_config import (  # noqa: E402
+    PATH_FLAGS, absolute, build_config, changed_run_message)
 from tfseq.pipelines.runner import Runner, RunSettings, SetupError  # noqa: E402
 from tfseq.pipelines.runs import ChangedRun  # noqa: E402
 from tfseq.scripts import COMMANDS, fail, run_command  # noqa: E402
@@ -123,9 +124,16 @@ STARTED = time.perf_counter()  # the process' start, for the time to the first s
 
 def save_run_files(model_dir: str, argv) -> None:
     """``flags.txt`` (this binary's flags only: a flagfile must parse before TensorFlow
-    defines its own) and ``argv.json``."""
+    defines its own; paths absolute) and ``argv.json``."""
     os.makedirs(model_dir, exist_ok=True)
-    serialized = [FLAGS[name].serialize() for name in OWN_FLAGS]
+    serialized = []
+    for name in OWN_FLAGS:  # paths absolute: the flagfile works from any directory
+        flag = FLAGS[name]
+        if name in PATH_FLAGS and flag.present and flag.value:
+            value = absolute(flag.value)
+            serialized.append(f"--{name}={','.join(value) if isinstance(value, list) else value}")
+        else:
+            serialized.append(flag.serialize())
     with open(os.path.join(model_dir, "flags.txt"), "w") as f:
         f.write("\n".join(s for s in serialized if s) + "\n")
     with open(os.path.join(model_dir, "argv.json"), "w") as f:
