@@ -26,6 +26,7 @@ def make_report(*, task_name, config, mode, replicas, workers, learning_rate, re
         "epochs": result.epochs_done, "interrupted": result.interrupted,
         "train_seconds": seconds, "history": result.history,
         "real_tokens": real, "real_tokens_per_second": real / seconds if seconds else 0.0,
+        "examples_trained": int(stats.examples.numpy()),
         "padding_efficiency": stats.padding_efficiency(),
         "eval": eval_results, "baselines": baselines,
         "counters": {k: {"seen": c.seen(), "drops": c.drops()} for k, c in counters.items()},
@@ -60,7 +61,8 @@ def format_report(report: dict) -> str:
                      f"{dropped if dropped else ''}")
     lines.append(f"  padding efficiency of training batches: {report['padding_efficiency']:.3f}")
     lines.append(f"  training: {report['steps']} steps, {report['train_seconds']:.1f} s, "
-                 f"{report['real_tokens_per_second']:,.0f} real tokens/s")
+                 f"{report['real_tokens_per_second']:,.0f} real tokens/s, "
+                 f"{report.get('examples_trained', 0):,} examples trained in this command")
     setup = report["setup"]
     if setup["passes"] or setup["first_step_seconds"]:
         phases = ([f"{setup['passes']} read of the training files "
