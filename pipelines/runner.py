@@ -265,6 +265,8 @@ class Runner:
         if self.settings.export and not result.signal:  # finished, or stopped by max_steps
             if self.settings.verbose:
                 print("exporting the model over raw input ...", file=sys.stderr, flush=True)
+            if local_model is not model:  # stopped by max_steps: no evaluation copied them
+                local_model.set_weights(model.get_weights())
             path = exporting.export_run(self.settings.model_dir, task, config, run.state,
                                         local_model)
             if path:
