@@ -246,12 +246,14 @@ def test_train_binary_with_two_replicas_writes_an_export_that_serves_its_weights
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, "scripts", "train.py"), f"--files={corpus}",
-         "--num_replicas=2", "--epochs=1", f"--model_dir={run}", "--verbose=1"],
+         "--num_replicas=2", "--epochs=1", "--max_steps=3", f"--model_dir={run}",
+         "--verbose=1"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"Served model (classify, input `text`): {run / 'export'}" in out.stdout
     task, config, saved = load_run(str(run))
-    model, state = restore_model(str(run), task, config, saved)  # from the checkpoint
+    # Stopped by --max_steps: the export serves the weights of step 3, its checkpoint's.
+    model, state = restore_model(str(run), task, config, saved)
     served = tf.saved_model.load(str(run / "export"))
     probabilities = served.serve(tf.constant(TEXTS))["probabilities"].numpy()
     np.testing.assert_allclose(probabilities, in_process_classify(model, state, TEXTS),
