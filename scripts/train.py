@@ -28,6 +28,10 @@ size, workers) stops before training, naming each change; exit status 2.
 
 ``--model_dir`` also gets ``flags.txt`` (usable with ``--flagfile``), ``argv.json``,
 ``run.json``, TensorBoard logs under ``logs/`` and ``report.json`` (one schema in every mode).
+
+Exit status: 0 trained (or nothing left to train); 2 could not start (one line on stderr,
+nothing written for a new run); 128 + the signal (143 SIGTERM, 130 SIGINT) when preempted:
+the checkpoint is saved, run the same command again.
 """
 
 from __future__ import annotations
@@ -116,8 +120,8 @@ flags.DEFINE_string("data_service", None, "tf.data service address, e.g. grpc://
 flags.DEFINE_integer("tbptt", None, "Truncated-BPTT chunk length (task lm).")
 flags.DEFINE_integer("verbose", 1, "0: only the report; 1: also progress lines and bars; 2: "
                      "also INFO logs.")
-flags.DEFINE_boolean("export", True, "At the end of a finished run, write <model_dir>/export "
-                     "(a SavedModel over raw text; see tfseq-export).")
+flags.DEFINE_boolean("export", True, "When the run finishes or stops at --max_steps, write "
+                     "<model_dir>/export (a SavedModel over raw text; see tfseq-export).")
 OWN_FLAGS = sorted(set(FLAGS) - _FLAGS_BEFORE)
 STARTED = time.perf_counter()  # the process' start, for the time to the first step
 
