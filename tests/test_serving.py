@@ -246,13 +246,16 @@ def test_train_binary_with_two_replicas_writes_an_export_that_serves_its_weights
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, "scripts", "train.py"), f"--files={corpus}",
-         "--num_replicas=2", "--epochs=1", "--max_steps=3", f"--model_dir={run}",
+         "--num_replicas=2", "--epochs=3", "--max_steps=2", f"--model_dir={run}",
          "--verbose=1"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"Served model (classify, input `text`): {run / 'export'}" in out.stdout
+    report = json.loads((run / "report.json").read_text())
+    assert (report["steps"], report["interrupted"], report["epochs"]) == (2, True, 1)
     task, config, saved = load_run(str(run))
-    # Stopped by --max_steps: the export serves the weights of step 3, its checkpoint's.
+    # Stopped by --max_steps in epoch 2 (epoch 1 is one step): the export serves the weights
+    # of step 2, its checkpoint's, not those the end-of-epoch-1 evaluation copied.
     model, state = restore_model(str(run), task, config, saved)
     served = tf.saved_model.load(str(run / "export"))
     probabilities = served.serve(tf.constant(TEXTS))["probabilities"].numpy()
