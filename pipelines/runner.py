@@ -184,6 +184,9 @@ class Runner:
             raise SetupError(str(e)) from e
         if chief:
             self.on_opened()
+            if self.settings.verbose:
+                print("building the model and the training input ...", file=sys.stderr,
+                      flush=True)
         logging.info("config: %s", config)
         counters = {"train": tfseq.DropCounter("train"), "eval": tfseq.DropCounter("eval")}
         stats = tfseq.BatchStats()

@@ -76,6 +76,24 @@ class TaskData:
     drop_examples: Callable[[int], list[str]]
 
 
+def _resolved_once(source_fn):
+    """``source(config, split)`` resolved once per config and split (globs matched, format
+    inferred, columns checked) and the same ``Source`` returned after: every use in a run sees
+    the same files. Errors are not kept (a corrected file is seen on the next call)."""
+    def source(self, config, split):
+        try:
+            key = (source_fn.__qualname__, hash(config), config, split)
+        except TypeError:  # a config with a list in it: resolved each time
+            return source_fn(self, config, split)
+        cache = self.__dict__.setdefault("_resolved_sources", {})
+        if key not in cache:
+            cache[key] = source_fn(self, config, split)
+        return cache[key]
+
+    source.__doc__, source.__name__ = source_fn.__doc__, source_fn.__name__
+    return source
+
+
 class TextTask:
     """A text task on the spine; see the module docstring for what a subclass supplies.
 
@@ -111,8 +129,15 @@ class TextTask:
 
     # ----- rows
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "source" in cls.__dict__:  # a task's own source is resolved once too
+            cls.source = _resolved_once(cls.__dict__["source"])
+
+    @_resolved_once
     def source(self, config, split: str) -> Source:
-        """The records of ``split``: the user's files, else the embedded corpus."""
+        """The records of ``split``: the user's files, else the embedded corpus (resolved once
+        per config and split)."""
         if config.train_files:
             return sources.user_source(config, split, required=self.columns,
                                        allowed=self.allowed_columns or self.columns)

@@ -54,6 +54,8 @@ EOF
 run() {
   local expected="$1"; shift
   echo "== $* (expect exit $expected)"
+  local help=no
+  case " $* " in *" --help "*) help=yes ;; esac
   set +e
   "$@" 2>&1 | "$BIN/python" -c '
 import sys, time
@@ -64,19 +66,21 @@ for line in sys.stdin:
         worst = (now - last, line.strip()[:80])
     last = now
     sys.stdout.write(f"  {now - start:6.1f}s | {line}")
-    if "Traceback" in line or line.startswith("Usage:") or line.startswith("USAGE:"):
+    usage = (line.startswith("Usage:") or line.startswith("USAGE:")) and sys.argv[2] == "no"
+    if "Traceback" in line or usage:
         print("NEWCOMER: a traceback or a usage dump", flush=True); sys.exit(3)
 print(f"  longest silence {worst[0]:.1f} s, before: {worst[1]}")
 if worst[0] > float(sys.argv[1]):
     print(f"NEWCOMER: silent for {worst[0]:.1f} s"); sys.exit(4)
-' "$MAX_SILENT"
+' "$MAX_SILENT" "$help"
   local statuses=("${PIPESTATUS[@]}")
   set -e
   if [ "${statuses[0]}" != "$expected" ]; then
-    echo "NEWCOMER: exit ${statuses[0]}, expected $expected"; exit 1
+    echo "NEWCOMER: exit ${statuses[0]}, expected $expected"; FAILED=$((FAILED + 1))
   fi
-  if [ "${statuses[1]}" != "0" ]; then exit 1; fi
+  if [ "${statuses[1]}" != "0" ]; then FAILED=$((FAILED + 1)); fi
 }
+FAILED=0
 
 run 0 "$BIN/tfseq-train" --help
 run 0 "$BIN/tfseq-train" --task=classify --train_files='data/train*.tsv' \
@@ -96,4 +100,5 @@ run 2 "$BIN/tfseq-train" --task=tag --model_dir=runs/tsv
 run 0 "$BIN/tfseq-predict" --model_dir=runs/tsv --files=data/eval.tsv --output=preds.tsv
 run 0 "$BIN/tfseq-export" --model_dir=runs/tsv
 run 2 "$BIN/tfseq-export" --model_dir=runs/nowhere
+if [ "$FAILED" != 0 ]; then echo "NEWCOMER: $FAILED problem(s) above"; exit 1; fi
 echo "NEWCOMER: all commands behaved"

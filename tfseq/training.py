@@ -262,8 +262,8 @@ class Trainer:
         Args:
           epochs: total epochs.
           verbose: 1 shows progress on stderr: a Keras progress bar per epoch on a terminal
-            (a line every 30 s otherwise), and one line per epoch (its steps, seconds, means
-            and ``eval_fn``'s numbers).
+            (otherwise a line after 5 s, then every 30 s), and one line per epoch (its steps,
+            seconds, means and ``eval_fn``'s numbers).
           eval_fn: ``fn(epoch) -> dict`` run after each epoch; its numbers join the history.
           max_steps: stop (with a checkpoint) after this many steps in this call; for tests
             and time-boxed runs.
@@ -275,6 +275,8 @@ class Trainer:
         if self._iterator is None:
             self.restore()
         history, steps_this_call, start = [], 0, time.perf_counter()
+        if verbose and int(self.epoch.numpy()) < epochs:
+            _progress("training (the first step also builds the training graph) ...")
         with _SignalFlag() as flag:
             while int(self.epoch.numpy()) < epochs:
                 epoch = int(self.epoch.numpy())
@@ -319,7 +321,8 @@ class Trainer:
                     with contextlib.redirect_stdout(sys.stderr):  # progress: on stderr
                         bar.update(int(self.step_in_epoch.numpy()), list(logs.items()))
                     if verbose and not _interactive() and \
-                            time.perf_counter() - last_line >= PROGRESS_SECONDS:
+                            time.perf_counter() - last_line >= (
+                                PROGRESS_SECONDS if last_line > epoch_start else FIRST_PROGRESS):
                         last_line = time.perf_counter()
                         means_now = ", ".join(f"{k} {v:.4f}" for k, v in logs.items())
                         _progress(f"epoch {epoch + 1}: step {int(self.step_in_epoch.numpy())}, "
@@ -352,7 +355,9 @@ class Trainer:
                            time.perf_counter() - start)
 
 
-PROGRESS_SECONDS = 30  # a progress line this often when stderr is not a terminal
+# When stderr is not a terminal: a progress line after FIRST_PROGRESS seconds of an epoch, then
+# every PROGRESS_SECONDS.
+FIRST_PROGRESS, PROGRESS_SECONDS = 5, 30
 
 
 def _interactive() -> bool:
