@@ -20,7 +20,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "A tfseq-train model directory.", required=True)
@@ -29,10 +29,14 @@ flags.DEFINE_string("export_dir", None, "Where to write the SavedModel "
 
 
 def main(argv):
+    import tensorflow as tf
+
     from tfseq.pipelines import exporting
 
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.WARNING)  # the SavedModel writer's INFO lines
+    tf.get_logger().setLevel("ERROR")
     try:
         task, config, saved = exporting.load_run(FLAGS.model_dir)
         model, state = exporting.restore_model(FLAGS.model_dir, task, config, saved)

@@ -32,6 +32,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tfseq.progress import heartbeat
+
 
 @dataclasses.dataclass
 class TrainResult:
@@ -275,8 +277,6 @@ class Trainer:
         if self._iterator is None:
             self.restore()
         history, steps_this_call, start = [], 0, time.perf_counter()
-        if verbose and int(self.epoch.numpy()) < epochs:
-            _progress("training (the first step also builds the training graph) ...")
         with _SignalFlag() as flag:
             while int(self.epoch.numpy()) < epochs:
                 epoch = int(self.epoch.numpy())
@@ -312,7 +312,13 @@ class Trainer:
                         self._awaiting_first = None
                     if self.on_batch:
                         self.on_batch(batch)
-                    logs = means.add(self._train_step(batch), self._batch_weight(batch))
+                    if steps_this_call == 0:  # it traces the step: seconds, with a heartbeat
+                        with heartbeat("the first step (building the training graph)",
+                                       _progress if verbose else None, every=5):
+                            step_logs = self._train_step(batch)
+                    else:
+                        step_logs = self._train_step(batch)
+                    logs = means.add(step_logs, self._batch_weight(batch))
                     self._took()
                     self.step_in_epoch.assign_add(1)
                     self.global_step.assign_add(1)
