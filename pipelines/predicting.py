@@ -16,7 +16,6 @@ by reason in the report.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
 import sys
 import time
@@ -180,8 +179,8 @@ def predict_files(model_dir: str, files, output: str, *, fmt: str | None = None,
             f.write((task.prediction_line(row) if row["reason"] == 0 else "") + "\n")
     seconds = time.perf_counter() - start
     bad_examples = [f"{where} (output line {index + 1}): {reason}" for (index, reason), where
-                    in zip(bad_examples, file_lines(paths, [i for i, _ in bad_examples],
-                                                    row_format.header))]
+                    in zip(bad_examples, file_lines(paths, row_format,
+                                                    [i for i, _ in bad_examples]))]
     return {"task": info["task"], "export": export_dir, "files": paths, "output": output,
             "batching": batching, "max_tokens": max_tokens, "seconds": seconds,
             "lines_per_second": counts["lines"] / seconds if seconds else 0.0,
@@ -200,22 +199,23 @@ def _output(path: str):
         yield f
 
 
-def file_lines(paths, indices, header: bool) -> list[str]:
-    """``file:line`` of the records at ``indices`` (0-based, over ``paths`` read in order,
-    header lines skipped): read up to the last one asked for, only when lines were bad."""
-    wanted = sorted(set(indices))
-    found, index = {}, 0
+def file_lines(paths, row_format: formats.RowFormat, indices) -> list[str]:
+    """``file:line`` of the records at ``indices`` (0-based, over ``paths`` read in order as
+    ``predict_files`` reads them). Counts each file's records in the graph with the same
+    reader, only as far as the last index asked for (called only when lines were bad)."""
+    if not indices:
+        return []
+    starts, total = [], 0
     for path in paths:
-        if not wanted or index > wanted[-1]:
+        if total > max(indices):
             break
-        opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rb") as f:
-            for number, _ in enumerate(f, start=1):
-                if header and number == 1:
-                    continue
-                if index in wanted:
-                    found[index] = f"{path}:{number}"
-                index += 1
-                if index > wanted[-1]:
-                    break
-    return [found.get(i, f"record {i + 1}") for i in indices]
+        starts.append((total, path))
+        total += int(formats.read_records([path], row_format, in_order=True).reduce(
+            tf.constant(0, tf.int64), lambda n, batch: n + tf.size(batch, out_type=tf.int64)))
+    first_line = 2 if row_format.header else 1
+
+    def where(index):
+        start, path = next(s for s in reversed(starts) if s[0] <= index)  # empty files
+        return f"{path}:{index - start + first_line}"
+
+    return [where(i) for i in indices]

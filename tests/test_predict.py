@@ -168,3 +168,18 @@ def test_binary_writes_output_and_report_and_fails_cleanly(tiny_exports, tmp_pat
     assert out.returncode == 2
     assert f"tfseq-predict: error: No SavedModel in {tmp_path}/export" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_bad_lines_are_named_in_their_own_file_across_files(tmp_path):
+    from tfseq import formats
+    from tfseq.pipelines.predicting import file_lines
+
+    (tmp_path / "a.tsv").write_text("h\tx\n1\ta\n2\tb\n")
+    (tmp_path / "empty.tsv").write_text("")
+    (tmp_path / "c.tsv").write_text("h\tx\n3\tc\n4\td\n5\te\n")
+    paths = [str(tmp_path / n) for n in ("a.tsv", "empty.tsv", "c.tsv")]
+    fmt = formats.RowFormat("tsv", ("_", "text"), True)
+    # Records 0-1 are a.tsv's lines 2-3, records 2-4 c.tsv's lines 2-4 (headers skipped).
+    assert file_lines(paths, fmt, [1, 2, 4]) == [f"{paths[0]}:3", f"{paths[2]}:2",
+                                                 f"{paths[2]}:4"]
+    assert file_lines(paths, fmt, []) == []
