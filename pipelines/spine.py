@@ -81,11 +81,12 @@ def _resolved_once(source_fn):
     inferred, columns checked) and the same ``Source`` returned after: every use in a run sees
     the same files. Errors are not kept (a corrected file is seen on the next call)."""
     def source(self, config, split):
-        try:
-            key = (source_fn.__qualname__, hash(config), config, split)
-        except TypeError:  # a config with a list in it: resolved each time
-            return source_fn(self, config, split)
         cache = self.__dict__.setdefault("_resolved_sources", {})
+        key = (source_fn.__qualname__, config, split)
+        try:
+            hash(key)
+        except TypeError:  # an unhashable config (a list in it): resolved each time
+            return source_fn(self, config, split)
         if key not in cache:
             cache[key] = source_fn(self, config, split)
         return cache[key]

@@ -277,6 +277,7 @@ class Trainer:
         if self._iterator is None:
             self.restore()
         history, steps_this_call, start = [], 0, time.perf_counter()
+        show_bar = bool(verbose) and _interactive()  # else lines, every so often
         with _SignalFlag() as flag:
             while int(self.epoch.numpy()) < epochs:
                 epoch = int(self.epoch.numpy())
@@ -285,9 +286,9 @@ class Trainer:
                 # No target for the bar: an epoch of bucketed or packed batches may take a step
                 # more or less than the last one (the bar would end twice); a bar only on a
                 # terminal (piped, it would be carriage returns and escape codes).
-                bar = keras.utils.Progbar(None, verbose=1 if verbose and _interactive() else 0,
-                                          unit_name="step", stateless_metrics=())
-                if verbose and _interactive():
+                bar = keras.utils.Progbar(None, verbose=1, unit_name="step",
+                                          stateless_metrics=()) if show_bar else None
+                if show_bar:
                     about = f" (about {target} steps)" if target else ""
                     _progress(f"Epoch {epoch + 1}/{epochs}{about}")
                 epoch_start = last_line = time.perf_counter()
@@ -324,10 +325,10 @@ class Trainer:
                     self.global_step.assign_add(1)
                     steps_this_call += 1
                     _fault_point("after_step", int(self.global_step.numpy()))
-                    with contextlib.redirect_stdout(sys.stderr):  # progress: on stderr
-                        bar.update(int(self.step_in_epoch.numpy()), list(logs.items()))
-                    if verbose and not _interactive() and \
-                            time.perf_counter() - last_line >= (
+                    if show_bar:
+                        with contextlib.redirect_stdout(sys.stderr):  # progress: on stderr
+                            bar.update(int(self.step_in_epoch.numpy()), list(logs.items()))
+                    elif verbose and time.perf_counter() - last_line >= (
                                 PROGRESS_SECONDS if last_line > epoch_start else FIRST_PROGRESS):
                         last_line = time.perf_counter()
                         means_now = ", ".join(f"{k} {v:.4f}" for k, v in logs.items())
@@ -338,7 +339,7 @@ class Trainer:
                     if self.checkpoint_every and int(self.global_step.numpy()) % self.checkpoint_every == 0:
                         self.save()
                 steps = int(self.step_in_epoch.numpy())
-                if verbose and _interactive():
+                if show_bar:
                     with contextlib.redirect_stdout(sys.stderr):
                         bar.update(steps, list(logs.items()), finalize=True)
                 record = {"epoch": epoch + 1, **logs}
