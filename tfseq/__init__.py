@@ -24,6 +24,9 @@ from tfseq.sampling import Reservoir
 from tfseq.model_inputs import ModelFeatures
 from tfseq.pipeline import training_pipeline
 
+# --- mixtures of several sources
+from tfseq.mixing import Mixture, mix
+
 # --- bucketing
 from tfseq.bucketing import bucket_by_length, fit_boundaries
 from tfseq.inference import predict_in_order, restore_order, with_index

@@ -1,0 +1,322 @@
+"""Exact mixtures of several datasets: ``mix`` and ``Mixture``.
+
+Shapes: k = sources, G = the schedule's period (examples), L = examples in a block (a whole
+number of periods), T = time.
+
+``mix(datasets, weights)`` interleaves the examples of ``k`` sources so that over *every*
+prefix of ``n`` emitted examples source ``i`` has ``n * w_i`` examples within one (not only on
+average, as ``tf.data.Dataset.sample_from_datasets`` has them). How:
+
+1. **Integer shares.** The weights become integer shares ``g_i`` of a period ``G``: the
+   smallest ``G <= MAX_PERIOD`` for which every ``w_i * G`` is a whole number (weights such
+   as 0.7 / 0.3 give ``G = 10``), else (weights from a temperature, say) ``G = MAX_PERIOD``
+   with the largest-remainder rounding, so each share is off by less than ``1 / G``.
+2. **A schedule of one period**, computed once in Python with integer arithmetic: at each
+   step, among the sources behind their share (``(n + 1) g_i > c_i G``), the one whose next
+   example is due first (the least ``(c_i + 1) / g_i``; ties broken by the seed). This
+   earliest-deadline rule keeps every prefix within one of ``n g_i / G`` (Tijdeman's
+   chairman-assignment bound, ``1 - 1 / (2k - 2)``); at the end of the period each source has
+   exactly ``g_i``, so the schedule repeats without drift.
+3. **Blocks in the graph.** Each source, cycled through its own epochs (``repeat()``: each
+   example once per source epoch, reshuffled per epoch if the source shuffles), is cut into
+   chunks of ``m * g_i`` examples; the ``k`` chunks of a block are concatenated and gathered
+   into the schedule's order (one ``tf.gather`` per feature for ``L = m * G >= 1024``
+   examples). No per-example Python, no per-example ``choose_from_datasets`` step: the cost
+   per example is the gather.
+
+Each example gets an int32 feature ``key`` (default ``"source"``): the index of its source.
+Sources are examples (dicts of ``[T]`` and scalar tensors) or ragged batches of examples (dicts
+of ``RaggedTensor [B, (T)]`` and ``[B]``, what ``tokenize`` on batched lines gives); ragged
+batches come out as ragged batches of ``L`` examples (``bucket_by_length`` and ``pack`` take
+either). The sequence is the same for the same seed whatever the core count or thread timing:
+the schedule is fixed and the chunks come from sources in their own deterministic order.
+
+``Mixture`` holds the schedule (``names``, ``weights``, ``shares``, ``period``,
+``counts(n)``: each source's examples among the first ``n``, the few integers a consumer
+needs to report shares or to resume a mixture).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+from typing import Mapping, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tfseq._common import is_ragged_batch, require_dict_spec, unbatch
+
+MAX_PERIOD = 16384   # the longest period of the schedule (examples)
+MIN_BLOCK = 1024     # examples gathered at once (periods repeated up to at least this)
+
+
+def mixture_weights(num_sources: int, weights=None, *, temperature: float | None = None,
+                    sizes=None) -> np.ndarray:
+    """float64 ``[k]`` summing to 1.
+
+    ``weights`` (any positive scale) are normalized. ``temperature=T`` instead sets
+    ``w_i ∝ size_i ** (1 / T)`` (``T = 1``: in proportion to the sizes, as concatenating
+    would; large ``T``: towards equal). With neither: in proportion to ``sizes`` if given,
+    else equal.
+
+    Raises:
+      ValueError: weights and temperature both given, a wrong count, a negative weight, all
+        weights zero, or a temperature without sizes.
+    """
+    if weights is not None and temperature is not None:
+        raise ValueError("mix: give weights or temperature, not both")
+    if weights is None and temperature is None and sizes is not None:
+        temperature = 1.0
+    if temperature is not None:
+        if sizes is None or any(s is None for s in sizes):
+            raise ValueError("mix(temperature=...) needs each source's size: pass sizes=[...] "
+                             "(the datasets' cardinality() is unknown)")
+        if temperature <= 0:
+            raise ValueError(f"mix: temperature must be positive; received {temperature}")
+        if len(sizes) != num_sources or any(s < 0 for s in sizes):
+            raise ValueError(f"mix: sizes={list(sizes)} must be {num_sources} counts >= 0")
+        weights = [float(s) ** (1.0 / temperature) for s in sizes]
+    if weights is None:
+        weights = [1.0] * num_sources
+    weights = np.asarray(weights, np.float64)
+    if weights.shape != (num_sources,):
+        raise ValueError(f"mix: {num_sources} sources but {weights.size} weights")
+    if (weights < 0).any() or not np.isfinite(weights).all() or weights.sum() <= 0:
+        raise ValueError(f"mix: weights must be >= 0 and not all 0; received {weights.tolist()}")
+    return weights / weights.sum()
+
+
+def integer_shares(weights: np.ndarray, max_period: int = MAX_PERIOD) -> tuple[np.ndarray, int]:
+    """``(g int64 [k], G)``: integer shares of a period, ``g.sum() == G``.
+
+    ``G`` is the least common denominator of the weights when it is at most ``max_period``
+    (weights that are fractions, to 1e-12), else ``max_period`` with largest-remainder
+    rounding (a positive weight keeps at least one example per period).
+    """
+    fractions = [Fraction(float(w)).limit_denominator(max_period) for w in weights]
+    if all(abs(float(f) - w) <= 1e-12 for f, w in zip(fractions, weights)):
+        period = math.lcm(*(f.denominator for f in fractions))
+        if period <= max_period:
+            shares = np.array([f.numerator * (period // f.denominator) for f in fractions],
+                              np.int64)
+            if shares.sum() == period:
+                return shares, period
+    period = max_period
+    exact = weights * period
+    shares = np.floor(exact).astype(np.int64)
+    shares[(weights > 0) & (shares == 0)] = 1
+    # Largest remainders get the examples left (the smallest lose any excess).
+    order = np.argsort(-(exact - np.floor(exact)), kind="stable")
+    short = period - int(shares.sum())
+    i = 0
+    while short != 0:
+        j = order[i % len(order)] if short > 0 else order[::-1][i % len(order)]
+        if short > 0 or shares[j] > 1:
+            shares[j] += 1 if short > 0 else -1
+            short += -1 if short > 0 else 1
+        i += 1
+    return shares, period
+
+
+def schedule(shares: np.ndarray, seed: int | None = None) -> np.ndarray:
+    """int32 ``[G]``: the source of each example of one period (earliest deadline among the
+    sources behind their share; integer arithmetic, so exact; ties broken by ``seed``, 0 if ``None``).
+
+    Every prefix ``n`` holds ``n * g_i / G`` examples of source ``i`` within one, and the
+    whole period exactly ``g_i``.
+    """
+    shares = np.asarray(shares, np.int64)
+    period = int(shares.sum())
+    rng = np.random.default_rng(0 if seed is None else seed)
+    counts = np.zeros_like(shares)
+    active = shares > 0
+    out = np.empty(period, np.int32)
+    for n in range(period):
+        behind = active & ((n + 1) * shares > counts * period)
+        candidates = np.flatnonzero(behind)
+        # Deadline (c + 1) / g compared as fractions: least numerator * other denominators.
+        due = (counts[candidates] + 1) / shares[candidates]
+        first = candidates[due <= due.min() * (1 + 1e-12)]
+        if len(first) > 1:
+            exact = [(int(counts[i]) + 1) * int(shares[first[0]]) -
+                     (int(counts[first[0]]) + 1) * int(shares[i]) for i in first]
+            first = first[np.asarray(exact) == min(exact)]
+        pick = first[rng.integers(len(first))] if len(first) > 1 else first[0]
+        out[n] = pick
+        counts[pick] += 1
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Mixture:
+    """The schedule of a mixture of ``k`` sources (see the module docstring).
+
+    Attributes:
+      names: the sources' names (a dict's keys; ``"0"``, ``"1"``, ... for a list).
+      weights: float64 ``[k]``, normalized.
+      shares: int64 ``[k]``, examples of each source per period.
+      period: ``G``.
+      order: int32 ``[G]``, the source of each example of a period.
+    """
+
+    names: tuple[str, ...]
+    weights: np.ndarray
+    shares: np.ndarray
+    period: int
+    order: np.ndarray
+
+    @classmethod
+    def create(cls, names: Sequence[str], weights=None, *, temperature=None, sizes=None,
+               seed: int | None = None, max_period: int = MAX_PERIOD) -> "Mixture":
+        w = mixture_weights(len(names), weights, temperature=temperature, sizes=sizes)
+        shares, period = integer_shares(w, max_period)
+        return cls(tuple(names), w, shares, period, schedule(shares, seed))
+
+    def counts(self, n: int) -> np.ndarray:
+        """int64 ``[k]``: examples of each source among the first ``n`` emitted."""
+        periods, rest = divmod(int(n), self.period)
+        return periods * self.shares + np.bincount(self.order[:rest],
+                                                   minlength=len(self.names))
+
+    def block(self, min_block: int = MIN_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+        """``(chunk sizes int64 [k], gather index int32 [L])`` of one block of ``m`` periods:
+        row ``j`` of the block is row ``index[j]`` of the sources' chunks concatenated."""
+        m = max(1, -(-min_block // self.period))
+        order = np.tile(self.order, m)
+        chunk = self.shares * m
+        starts = np.concatenate([[0], np.cumsum(chunk)[:-1]])
+        index = np.empty(len(order), np.int32)
+        seen = np.zeros(len(chunk), np.int64)
+        for j, s in enumerate(order):
+            index[j] = starts[s] + seen[s]
+            seen[s] += 1
+        return chunk, index
+
+
+def _cardinality(ds: tf.data.Dataset) -> int | None:
+    n = int(ds.cardinality())
+    return n if n >= 0 else None
+
+
+def mix(datasets, weights=None, *, temperature: float | None = None, sizes=None,
+        seed: int | None = None, key: str = "source") -> tf.data.Dataset:
+    """An endless dataset of the sources' examples in an exact, deterministic mixture.
+
+    Args:
+      datasets: a list of datasets, or a ``{name: dataset}`` dict (the source index follows
+        its order; ``Mixture.create(list(d))`` gives the names). Finite, not repeated: each
+        is cycled through its own epochs. Examples (dicts) or ragged batches of examples,
+        the same features in every source.
+      weights: relative proportions (normalized), or ``None`` (see ``mixture_weights``).
+      temperature: ``w_i ∝ size_i ** (1 / T)`` instead of weights.
+      sizes: examples per source (default: each dataset's ``cardinality()`` where known).
+      seed: breaks ties in the schedule (equal weights: the order within a round).
+      key: the int32 feature added to each example, its source's index.
+
+    Returns:
+      Examples (or ragged batches of ``L`` examples, as the sources are) with ``key``.
+
+    Raises:
+      ValueError: no sources, weights as ``mixture_weights`` refuses them, sources with
+        different features, or examples that already have ``key``.
+      TypeError: elements that are not dicts.
+    """
+    names, sources = _named(datasets)
+    if sizes is None and temperature is not None:
+        sizes = [_cardinality(ds) for ds in sources]
+    elif sizes is None and weights is None:
+        known = [_cardinality(ds) for ds in sources]
+        sizes = known if all(s is not None for s in known) else None
+    mixture = Mixture.create(names, weights, temperature=temperature, sizes=sizes, seed=seed)
+    return mix_with(mixture, sources, key=key)
+
+
+def mix_with(mixture: Mixture, sources: Sequence[tf.data.Dataset], *,
+             key: str = "source") -> tf.data.Dataset:
+    """``mix`` for a ``Mixture`` already built (the binaries keep it for the report)."""
+    specs = [require_dict_spec(ds.element_spec, "tfseq.mix") for ds in sources]
+    common = _common_spec(mixture.names, specs)
+    if key in common:
+        raise ValueError(f"mix: the examples already have a {key!r} feature; pass another "
+                         f"key=, e.g. key='corpus'")
+    batched = is_ragged_batch(specs[0])
+    chunk, index = mixture.block()
+    chunks = []
+    for i, ds in enumerate(sources):
+        if mixture.shares[i] == 0:
+            continue
+        if batched:
+            ds = ds.map(lambda b, i=i: {**b, key: tf.fill([_rows(b)], tf.constant(i, tf.int32))})
+            chunks.append(ds.repeat().rebatch(int(chunk[i]), drop_remainder=True))
+        else:
+            ds = ds.map(lambda x, i=i: {**x, key: tf.constant(i, tf.int32)})
+            ds = ds.repeat().ragged_batch(int(chunk[i]), drop_remainder=True)
+            chunks.append(ds.map(lambda b: _as_ragged(b, common)))
+    index = tf.constant(index)
+
+    def merge(*parts):
+        """The k chunks of a block -> its L examples in the schedule's order."""
+        return {name: tf.gather(tf.concat([p[name] for p in parts], 0), index)
+                for name in parts[0]}
+
+    blocks = tf.data.Dataset.zip(tuple(chunks)).map(
+        merge, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return blocks if batched else unbatch(blocks)
+
+
+def _common_spec(names: Sequence[str], specs: Sequence[Mapping]) -> dict:
+    """The features every source has, with shapes loosened where sources differ (one source
+    of ``[2]`` ids, another of ``[None]``: ``[None]``).
+
+    Raises:
+      ValueError: a source with other feature names, dtypes or ranks (named).
+    """
+    common = dict(specs[0])
+    for name, spec in zip(names[1:], specs[1:]):
+        wider = None
+        if set(spec) == set(common):
+            try:
+                wider = {k: common[k].most_specific_common_supertype([spec[k]]) for k in common}
+            except (TypeError, ValueError):
+                wider = None
+        if wider is None or any(v is None for v in wider.values()):
+            raise ValueError(f"mix: source {name!r} has features {_describe(spec)} but source "
+                             f"{names[0]!r} has {_describe(specs[0])}")
+        common = wider
+    return common
+
+
+def _as_ragged(batch: dict, common: Mapping) -> dict:
+    """A chunk of examples ``ragged_batch`` made, with the features that are ``[None]`` in
+    the common spec as ``RaggedTensor [n, (T)]`` (a source of fixed length gives them dense)."""
+    out = dict(batch)
+    for k, spec in common.items():
+        if (isinstance(spec, tf.TensorSpec) and spec.shape.rank == 1
+                and spec.shape[0] is None and not isinstance(batch[k], tf.RaggedTensor)):
+            out[k] = tf.RaggedTensor.from_tensor(batch[k])
+    return out
+
+
+def _rows(batch: Mapping[str, tf.Tensor]) -> tf.Tensor:
+    """int32 scalar: the examples in a ragged batch."""
+    first = next(iter(batch.values()))
+    if isinstance(first, tf.RaggedTensor):
+        return tf.cast(first.nrows(), tf.int32)
+    return tf.shape(first)[0]
+
+
+def _named(datasets) -> tuple[list[str], list[tf.data.Dataset]]:
+    if isinstance(datasets, Mapping):
+        names, sources = [str(k) for k in datasets], list(datasets.values())
+    else:
+        sources = list(datasets)
+        names = [str(i) for i in range(len(sources))]
+    if not sources:
+        raise ValueError("mix: no datasets given")
+    return names, sources
+
+
+def _describe(spec) -> str:
+    return "{" + ", ".join(f"{k}: {v.dtype.name} {v.shape}" for k, v in spec.items()) + "}"
