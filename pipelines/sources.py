@@ -44,7 +44,9 @@ class Source:
         counts ``lines_read`` and each drop in ``counter`` (a graph function).
       drop_examples: ``(limit) -> ["file:line: reason", ...]``, the first malformed records.
       must_check: reading the records checks something that must hold before training (two
-        files line-aligned), so a run reads them once before its first step.
+        files line-aligned, TFRecord features of one kind), so a run reads them once before
+        its first step.
+      diagnose: ``() -> message or None``, naming the record that made reading fail.
     """
 
     description: str
@@ -53,6 +55,7 @@ class Source:
     parse: Callable[[tf.Tensor, DropCounter], dict]
     drop_examples: Callable[[int], list[str]] = lambda limit: []
     must_check: bool = False
+    diagnose: Callable[[], str | None] = lambda: None
 
 
 def user_format(config, *, required: Sequence[str], allowed: Sequence[str]
@@ -87,8 +90,12 @@ def user_source(config, split: str, *, required: Sequence[str],
         return formats.parse_rows(records, fmt, counter, split=hold_out,
                                   eval_percent=config.eval_percent)
 
+    binary = fmt.format == "tfrecord"
     return Source(", ".join(files), tuple(files), read, parse,
-                  lambda limit: formats.drop_examples(files, fmt, limit=limit))
+                  lambda limit: formats.drop_examples(files, fmt, limit=limit),
+                  must_check=binary,
+                  diagnose=(lambda: formats.record_problem(files, fmt)) if binary else
+                  (lambda: None))
 
 
 def aligned_source(config, split: str) -> Source:

@@ -276,8 +276,8 @@ def _read_once(task, config, source, learn, discover, values, report, spill, wri
                 spill.write(out["spill_ids"], out["spill"])
             progress.update(int(out["records"]), int(out["bytes"]))
             report.records += int(out["records"])
-    except tf.errors.InvalidArgumentError as e:
-        raise InputError(_assertion_message(e)) from None
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
+        raise InputError(source.diagnose() or _assertion_message(e)) from None
     if spill is not None:
         spill.close()
     report.passes += 1

@@ -46,8 +46,8 @@ from tfseq.filtering import valid_utf8
 from tfseq.reading import resolve_files, text_lines, verify_gzip
 from tfseq.stats import DropCounter
 
-LINE_FORMATS = ("tsv", "csv", "text")     # one record per line
-FORMATS = LINE_FORMATS + ("conll",)
+LINE_FORMATS = ("tsv", "csv", "text", "jsonl")  # one record per line
+FORMATS = LINE_FORMATS + ("conll", "tfrecord")
 PAIR = "pair"  # records of two line-aligned files (``read_aligned``); not a --format
 TEXT_COLUMNS = ("text", "source", "target", "tokens", "token")
 READ_BATCH = 1024  # records per batch on the vectorized path (512: ~6-15% less throughput)
@@ -69,11 +69,14 @@ class RowFormat:
         ``PAIR`` (two aligned files, columns ``source, target``).
       columns: the fields of a line (a CoNLL token line) in order; ``"_"`` skips a field.
       header: skip the first line of every file.
+      int_columns: ``tfrecord``: the columns stored as ``int64_list`` features (read as
+        their decimal strings); the others are ``bytes_list``.
     """
 
     format: str = "tsv"
     columns: tuple[str, ...] = ("label", "text")
     header: bool = False
+    int_columns: tuple[str, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -82,7 +85,8 @@ class RowFormat:
 
 def infer_format(files: Sequence[str], format: str | None = None) -> str:
     """``format`` if given, else from the first file's extension (``.tsv``, ``.csv``,
-    ``.conll``/``.conllu``, else ``text``; a trailing ``.gz`` is ignored).
+    ``.conll``/``.conllu``, ``.jsonl``/``.ndjson``, ``.tfrecord``/``.tfrecords`` (also
+    TFDS-style ``name.tfrecord-00000-of-00010``), else ``text``; a trailing ``.gz`` is ignored).
 
     Raises:
       InputError: an unknown ``format``.
@@ -92,8 +96,11 @@ def infer_format(files: Sequence[str], format: str | None = None) -> str:
             raise InputError(f"Unknown --format={format!r}; expected one of {FORMATS}")
         return format
     name = files[0][:-3] if files and files[0].endswith(".gz") else (files[0] if files else "")
+    if ".tfrecord" in os.path.basename(name).lower():
+        return "tfrecord"
     ext = os.path.splitext(name)[1].lower()
-    return {".tsv": "tsv", ".csv": "csv", ".conll": "conll", ".conllu": "conll"}.get(ext, "text")
+    return {".tsv": "tsv", ".csv": "csv", ".conll": "conll", ".conllu": "conll",
+            ".jsonl": "jsonl", ".ndjson": "jsonl"}.get(ext, "text")
 
 
 def row_format(files: Sequence[str], format: str | None, columns: Sequence[str] | None,
@@ -131,7 +138,51 @@ def row_format(files: Sequence[str], format: str | None, columns: Sequence[str] 
         raise InputError(f"--columns={','.join(columns)} has no {missing} column: name the "
                          f"fields of {files[0] if files else 'the files'} in order, e.g. "
                          f"--columns={','.join(required)}")
+    if format == "tfrecord":
+        if header:
+            raise InputError("--header does not apply to --format=tfrecord (records have no "
+                             "header line): leave it out")
+        if "_" in columns:
+            raise InputError("--format=tfrecord reads features by name: list only the ones "
+                             "to read in --columns, without '_'")
+        return RowFormat(format, columns, False, feature_kinds(files, names))
     return RowFormat(format, columns, bool(header))
+
+
+def feature_kinds(files: Sequence[str], names: Sequence[str], *, records: int = 100
+                  ) -> tuple[str, ...]:
+    """The ``names`` stored as ``int64_list`` in TFRecord files of ``tf.train.Example``,
+    from the first ``records`` records that have each (a setup-time look, in Python).
+
+    Raises:
+      InputError: a file that is not TFRecord of ``tf.train.Example``, a feature found in none
+        of those records (naming the features there), or one of another kind.
+    """
+    kinds: dict[str, str] = {}
+    seen: set[str] = set()
+    path = files[0]
+    try:
+        for n, record in enumerate(_tfrecords([path]).take(records).as_numpy_iterator(), 1):
+            example = tf.train.Example.FromString(record)
+            for name, feature in example.features.feature.items():
+                seen.add(name)
+                if name in names and name not in kinds:
+                    kinds[name] = feature.WhichOneof("kind") or "bytes_list"
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+        raise InputError(f"{path} is not a TFRecord file ({str(e).splitlines()[0]}); "
+                         "--format=tfrecord reads tf.train.Example records") from None
+    except Exception as e:  # noqa: BLE001 - protobuf's DecodeError
+        raise InputError(f"{path}: a record is not a tf.train.Example ({e}); "
+                         "--format=tfrecord reads tf.train.Example records") from None
+    absent = [n for n in names if n not in kinds]
+    if absent:
+        raise InputError(f"{path}: no feature {absent} in its first {records} records (their "
+                         f"features: {sorted(seen)}); name them in --columns")
+    floats = [n for n in names if kinds[n] == "float_list"]
+    if floats:
+        raise InputError(f"{path}: feature {floats} holds floats; --format=tfrecord reads "
+                         "bytes (text) and int64 (labels) features")
+    return tuple(n for n in names if kinds[n] == "int64_list")
 
 
 def resolve(patterns: Sequence[str], flag: str = "--train_files") -> list[str]:
@@ -174,6 +225,11 @@ def read_records(files: Sequence[str], fmt: RowFormat, *, batch_size: int = READ
       InputError: a missing file, or a corrupt or truncated gzip file (the message names it).
     """
     try:
+        if fmt.format == "tfrecord":
+            ds = _tfrecords(files)
+            if num_shards > 1:
+                ds = ds.shard(num_shards, shard_index)
+            return ds.batch(batch_size)
         if fmt.format == "conll":
             ds = conll_sentences(files, fmt, batch_size=batch_size)
             if num_shards > 1:
@@ -184,6 +240,19 @@ def read_records(files: Sequence[str], fmt: RowFormat, *, batch_size: int = READ
                           num_parallel_reads=1 if in_order else None)
     except (ValueError, FileNotFoundError) as e:
         raise InputError(str(e)) from None
+
+
+def _tfrecords(files: Sequence[str]) -> tf.data.Dataset:
+    """The records of TFRecord files in order, ``tf.string`` scalars (``.gz``: GZIP)."""
+    parts = []
+    for path in files:
+        if path.endswith(".gz"):
+            verify_gzip(path)
+        parts.append(tf.data.TFRecordDataset(path, "GZIP" if path.endswith(".gz") else ""))
+    ds = parts[0]
+    for more in parts[1:]:
+        ds = ds.concatenate(more)
+    return ds
 
 
 def read_aligned(source_files: Sequence[str], target_files: Sequence[str], *,
@@ -305,6 +374,12 @@ def parse(records: tf.Tensor, fmt: RowFormat) -> tuple[dict[str, tf.Tensor], tf.
     k = len(fmt.columns)
     if fmt.format == "text":
         return {"text": records}, tf.ones_like(records, tf.bool)
+    if fmt.format == "tfrecord":
+        return _parse_examples(records, fmt)
+    if fmt.format == "jsonl":
+        from tfseq.jsonl import decode_fields
+
+        return decode_fields(records, fmt.names, array_keys=fmt.names)
     if fmt.format in ("tsv", "conll", PAIR):
         separator = "\t" if fmt.format == "tsv" else _FIELD_SEPARATOR
         width = k if fmt.format == "tsv" else len(fmt.names)
@@ -325,9 +400,32 @@ def parse(records: tf.Tensor, fmt: RowFormat) -> tuple[dict[str, tf.Tensor], tf.
     return {name: values[i] for i, name in enumerate(fmt.columns) if name != "_"}, ok
 
 
-def drop_checks(records: tf.Tensor, row: dict, ok: tf.Tensor) -> dict[str, tf.Tensor]:
-    """The ordered ``reason -> bool [n]`` checks of a parsed batch (true: drop)."""
-    bad_utf8 = tf.logical_not(valid_utf8(records))
+def _parse_examples(records: tf.Tensor, fmt: RowFormat) -> tuple[dict, tf.Tensor]:
+    """Serialized ``tf.train.Example`` ``[n]`` -> each named feature's values joined by a
+    space (int64 as decimal strings), and ``ok``: every named feature has a value."""
+    features = {name: tf.io.VarLenFeature(tf.int64 if name in fmt.int_columns else tf.string)
+                for name in fmt.names}
+    parsed = tf.io.parse_example(records, features)
+    row, ok = {}, tf.ones_like(records, tf.bool)
+    for name in fmt.names:
+        values = tf.RaggedTensor.from_sparse(parsed[name])
+        if name in fmt.int_columns:
+            values = tf.strings.as_string(values)
+        ok &= values.row_lengths() > 0
+        row[name] = tf.strings.reduce_join(values, axis=1, separator=" ")
+    return row, ok
+
+
+def drop_checks(records: tf.Tensor, row: dict, ok: tf.Tensor, fmt: RowFormat | None = None
+                ) -> dict[str, tf.Tensor]:
+    """The ordered ``reason -> bool [n]`` checks of a parsed batch (true: drop). TFRecord
+    records are binary: there the columns' values must be UTF-8, not the records."""
+    if fmt is not None and fmt.format == "tfrecord":
+        bad_utf8 = tf.zeros_like(ok)
+        for value in row.values():
+            bad_utf8 |= tf.logical_not(valid_utf8(value))
+    else:
+        bad_utf8 = tf.logical_not(valid_utf8(records))
     empty = tf.zeros_like(ok)
     for name in TEXT_COLUMNS:
         if name in row:
@@ -361,7 +459,7 @@ def parse_rows(records: tf.Tensor, fmt: RowFormat, counter: DropCounter, *,
             records, _FIELD_SEPARATOR, "\t")
         checks["other_split"] = tf.not_equal(in_eval_split(keys, eval_percent),
                                              split == "eval")
-    checks.update(drop_checks(records, row, ok))
+    checks.update(drop_checks(records, row, ok, fmt))
     with tf.control_dependencies([read]):
         keep = counter.keep_if(checks)
     return {k: tf.boolean_mask(v, keep) for k, v in row.items()}
@@ -385,13 +483,14 @@ def drop_examples(files: Sequence[str], fmt: RowFormat, *, limit: int = 5) -> li
     if fmt.format == "conll":
         return _conll_drop_examples(files, fmt, limit)
     found: list[str] = []
+    binary = fmt.format == "tfrecord"
     for path in files:
-        ds = text_lines(path)
+        ds = _tfrecords([path]) if binary else text_lines(path)
         ds = tf.data.Dataset.zip(tf.data.Dataset.range(1, 1 << 62), ds).batch(READ_BATCH)
 
         def bad(numbers, lines):
             row, ok = parse(lines, fmt)
-            checks = drop_checks(lines, row, ok)
+            checks = drop_checks(lines, row, ok, fmt)
             reason = tf.fill(tf.shape(lines), "")
             for name in reversed(list(checks)):
                 reason = tf.where(checks[name], name, reason)
@@ -402,10 +501,37 @@ def drop_examples(files: Sequence[str], fmt: RowFormat, *, limit: int = 5) -> li
             for number, reason in zip(numbers.tolist(), reasons.tolist()):
                 if fmt.header and number == 1:
                     continue
-                found.append(f"{path}:{number}: {reason.decode()}")
+                where = f"{path}: record {number}" if binary else f"{path}:{number}"
+                found.append(f"{where}: {reason.decode()}")
                 if len(found) >= limit:
                     return found
     return found
+
+
+def record_problem(files: Sequence[str], fmt: RowFormat) -> str | None:
+    """Why TFRecord ``files`` cannot be parsed as ``fmt`` says, naming the file and record:
+    a record that is not a ``tf.train.Example``, a feature of another kind than in the first
+    records, a corrupt file. ``None`` if none is found (a diagnostic pass in Python, run
+    after reading failed)."""
+    for path in files:
+        number = 0
+        try:
+            for number, record in enumerate(_tfrecords([path]).as_numpy_iterator(), 1):
+                try:
+                    example = tf.train.Example.FromString(record)
+                except Exception:  # noqa: BLE001 - protobuf's DecodeError
+                    return f"{path}: record {number} is not a tf.train.Example"
+                for name in fmt.names:
+                    feature = example.features.feature.get(name)
+                    kind = feature.WhichOneof("kind") if feature is not None else None
+                    want = "int64_list" if name in fmt.int_columns else "bytes_list"
+                    if kind not in (None, want):
+                        return (f"{path}: record {number}: feature {name!r} is a {kind}, the "
+                                f"first records' is a {want}: one kind per feature")
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+            return (f"{path}: unreadable after record {number} ({str(e).splitlines()[0]}): "
+                    "a truncated or corrupt TFRecord file")
+    return None
 
 
 def _conll_drop_examples(files: Sequence[str], fmt: RowFormat, limit: int) -> list[str]:

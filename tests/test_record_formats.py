@@ -1,0 +1,151 @@
+"""--format=tfrecord (tf.train.Example) and --format=jsonl: reading, parsing, counted drops."""
+
+import gzip
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+import tfseq
+from tfseq import formats
+
+TOPICS = {"food": "bread soup spicy oven salad cheese".split(),
+          "sports": "goal match team coach league ball".split(),
+          "tech": "laptop code server chip robot cloud".split()}
+COMMON = "the a and of with very today new old good".split()
+
+
+def example(**features) -> bytes:
+    """A serialized tf.train.Example: str/list of str -> bytes_list, int -> int64_list,
+    float -> float_list."""
+    out = {}
+    for name, value in features.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, str, list)):
+            raise TypeError(value)
+        if isinstance(value, int):
+            out[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+        elif isinstance(value, float):
+            out[name] = tf.train.Feature(float_list=tf.train.FloatList(value=[value]))
+        else:
+            values = [value] if isinstance(value, str) else value
+            out[name] = tf.train.Feature(bytes_list=tf.train.BytesList(
+                value=[v.encode() for v in values]))
+    return tf.train.Example(features=tf.train.Features(feature=out)).SerializeToString()
+
+
+def write_records(path, records, gzip_it=False):
+    options = tf.io.TFRecordOptions(compression_type="GZIP" if gzip_it else "")
+    with tf.io.TFRecordWriter(str(path), options) as writer:
+        for record in records:
+            writer.write(record)
+    return str(path)
+
+
+def rows(ds):
+    out = []
+    for batch in ds:
+        keys = sorted(batch)
+        out += [dict(zip(keys, values)) for values in
+                zip(*[[v.decode() for v in batch[k].numpy().tolist()] for k in keys])]
+    return out
+
+
+def test_tfrecord_rows_bytes_int64_and_lists_joined(tmp_path):
+    path = write_records(tmp_path / "train.tfrecord", [
+        example(text="hello world", label=3, extra=1.5),
+        example(text=["EU", "rejects"], label=-1),
+        example(label=2),                                  # no text: malformed
+        example(text="   ", label=1),                      # empty_text
+        example(text="caf\u00e9 \u65e5\u672c", label=0),
+    ])
+    fmt = formats.row_format([path], None, ["label", "text"], False,
+                             required=("label", "text"), allowed=("label", "text"))
+    assert fmt == formats.RowFormat("tfrecord", ("label", "text"), False, ("label",))
+    counter = tfseq.DropCounter("t")
+    got = rows(formats.read_rows([path], fmt, counter))
+    assert got == [{"label": "3", "text": "hello world"}, {"label": "-1", "text": "EU rejects"},
+                   {"label": "0", "text": "caf\u00e9 \u65e5\u672c"}]
+    assert counter.drops() == {"malformed": 1, "invalid_utf8": 0, "empty_text": 1}
+    assert formats.drop_examples([path], fmt) == [f"{path}: record 3: malformed",
+                                                  f"{path}: record 4: empty_text"]
+
+
+def test_tfrecord_gzip_several_files_and_shards(tmp_path):
+    a = write_records(tmp_path / "a.tfrecord.gz", [example(text=f"a{i}") for i in range(5)],
+                      gzip_it=True)
+    b = write_records(tmp_path / "b.tfrecords", [example(text=f"b{i}") for i in range(3)])
+    assert formats.infer_format([a]) == "tfrecord"
+    assert formats.infer_format(["train.tfrecord-00001-of-00004"]) == "tfrecord"
+    texts = [t.decode() for t in formats.text_column([a, b], format="tfrecord").as_numpy_iterator()]
+    assert texts == ["a0", "a1", "a2", "a3", "a4", "b0", "b1", "b2"]
+    fmt = formats.RowFormat("tfrecord", ("text",))
+    shard = [r["text"] for r in rows(formats.read_rows([a, b], fmt, tfseq.DropCounter("s"),
+                                                       num_shards=3, shard_index=1))]
+    assert shard == ["a1", "a4", "b2"]
+
+
+def test_tfrecord_setup_errors_name_the_fix(tmp_path):
+    path = write_records(tmp_path / "x.tfrecord", [example(body="x", score=0.5)])
+    kwargs = dict(required=("label", "text"), allowed=("label", "text", "score"))
+    with pytest.raises(formats.InputError, match=r"no feature \['label', 'text'\] in its first "
+                       r"100 records \(their features: \['body', 'score'\]\)"):
+        formats.row_format([path], None, ["label", "text"], False, **kwargs)
+    with pytest.raises(formats.InputError, match=r"feature \['score'\] holds floats"):
+        formats.row_format([path], None, ["score"], False, required=("score",),
+                           allowed=("score",))
+    with pytest.raises(formats.InputError, match="--header does not apply"):
+        formats.row_format([path], "tfrecord", ["label", "text"], True, **kwargs)
+    text = tmp_path / "notes.tfrecord"
+    text.write_text("just some text\n" * 5)
+    with pytest.raises(formats.InputError, match="is not a TFRecord file"):
+        formats.row_format([str(text)], None, ["label", "text"], False, **kwargs)
+
+
+def test_tfrecord_a_feature_of_another_kind_is_named_by_record(tmp_path):
+    path = write_records(tmp_path / "t.tfrecord", [example(text="a", label=1)] * 3
+                         + [example(text="b", label="pos")])
+    fmt = formats.row_format([path], None, ["label", "text"], False,
+                             required=("label", "text"), allowed=("label", "text"))
+    assert formats.record_problem([path], fmt) == (
+        f"{path}: record 4: feature 'label' is a bytes_list, the first records' is a "
+        "int64_list: one kind per feature")
+
+
+def sentence(rng, label):
+    words = [rng.choice(TOPICS[label]) for _ in range(2)] + [
+        rng.choice(COMMON) for _ in range(rng.randint(2, 5))]
+    rng.shuffle(words)
+    return " ".join(words)
+
+
+def train(*args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-m", "tfseq.scripts.train", *args],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.mark.slow
+def test_binary_classify_trains_on_tfrecord_and_names_a_bad_record(tmp_path):
+    rng = random.Random(0)
+    labels = sorted(TOPICS)
+    records = [example(label=labels[i % 3], text=sentence(rng, labels[i % 3]))
+               for i in range(300)] + [example(label="food")]
+    path = write_records(tmp_path / "train.tfrecord", records)
+    run = tmp_path / "run"
+    out = train("--task=classify", f"--train_files={path}", "--columns=label,text",
+                "--batching=pad", "--batch_size=16", "--epochs=3", f"--model_dir={run}",
+                "--verbose=0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((run / "report.json").read_text())
+    assert report["counters"]["train"]["drops"]["malformed"] == 1
+    assert report["history"][-1]["eval_accuracy"] > 0.8
+    bad = write_records(tmp_path / "bad.tfrecord", records[:50] + [example(label=1, text="x")])
+    out = train("--task=classify", f"--train_files={bad}", "--columns=label,text",
+                f"--model_dir={tmp_path / 'run2'}", "--verbose=0")
+    assert out.returncode == 2
+    assert f"{bad}: record 51: feature 'label' is a int64_list" in out.stderr
+    assert "Traceback" not in out.stderr
