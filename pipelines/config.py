@@ -7,6 +7,8 @@ these fields (``scripts/train.py``); the library reads them in one place each:
 ============================  ========================================================
 files and format              ``train_files``, ``eval_files``, ``format``, ``columns``,
                               ``header``; ``files`` (the embedded corpus format)
+several corpora               ``train_weights`` or ``mix_temperature``: each of
+                              ``train_files`` is a source (``pipelines.mixture``)
 hold-out split                ``eval_percent`` (a stable hash of each record)
 tokenizer and vocabulary      ``tokenizer``, ``lowercase``, ``vocab_path``, ``vocab_size``,
                               ``vocab_max_lines``, ``min_count``, ``max_vocab``
@@ -32,6 +34,9 @@ class TextConfig:
     """The shared configuration of the text tasks (see the module docstring)."""
 
     train_files: tuple[str, ...] = ()      # user files (globs, .gz); empty: the embedded corpus
+    # A mixture: each train_files entry is one source, at these weights (or by temperature).
+    train_weights: tuple[float, ...] = ()
+    mix_temperature: float | None = None
     eval_files: tuple[str, ...] = ()       # empty: hold out eval_percent of train_files
     format: str | None = None              # tsv | csv | text | conll; None: from the extension
     columns: tuple[str, ...] = ()          # field names in order ("_" skips); (): the task's
@@ -69,10 +74,28 @@ class TextConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < (0 if name == "eval_percent" else 1):
                 raise InputError(f"{name} must be a positive int; received {value!r}")
+        if self.train_weights or self.mix_temperature is not None:
+            self._check_mixture()
         if list(self.boundaries) != sorted(set(self.boundaries)) or any(
                 b < 1 for b in self.boundaries):
             raise InputError(f"boundaries must be ascending positive ints; received "
                              f"{list(self.boundaries)}")
+
+    def _check_mixture(self) -> None:
+        if self.train_weights and self.mix_temperature is not None:
+            raise InputError("Give weights in --train_files (GLOB@WEIGHT) or --mix_temperature, "
+                             "not both")
+        if self.train_weights and len(self.train_weights) != len(self.train_files):
+            raise InputError(f"{len(self.train_files)} training sources but "
+                             f"{len(self.train_weights)} weights: give each GLOB@WEIGHT")
+        if any(not w > 0 for w in self.train_weights):
+            raise InputError(f"Weights must be positive; received {list(self.train_weights)}")
+        if self.mix_temperature is not None and not self.mix_temperature > 0:
+            raise InputError(f"--mix_temperature must be positive; received "
+                             f"{self.mix_temperature}")
+        if len(self.train_files) < 2:
+            raise InputError("A mixture needs at least two sources: --train_files="
+                             "'a/*.tsv@0.7,b.tsv@0.3'")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,8 +22,10 @@ CONFIG_FLAGS = {
     "source_files": "source_files", "target_files": "target_files", "tokenizer": "tokenizer",
     "vocab_size": "vocab_size", "vocab_max_lines": "vocab_max_lines",
     "long_examples": "long_examples", "shuffle_shard_bytes": "shuffle_shard_bytes",
+    "mix_temperature": "mix_temperature",
 }
 FLAG_OF_FIELD = {field: flag for flag, field in CONFIG_FLAGS.items()}
+FLAG_OF_FIELD["train_weights"] = "train_files weights"
 LIST_FLAGS = ("files", "train_files", "eval_files", "columns", "source_files", "target_files")
 INT_LIST_FLAGS = ("block_length", "boundaries")
 PATH_FLAGS = ("files", "train_files", "eval_files", "source_files", "target_files", "vocab",
@@ -61,6 +63,13 @@ def build_config(task, flag_values):
             value = tuple(sorted({int(v) for v in value}))
             if flag_name == "block_length" and len(value) == 1:
                 value = value[0]
+        if flag_name == "train_files":  # GLOB@WEIGHT entries: a mixture of sources
+            value, weights = _split_weights(value)
+            if weights and "train_weights" not in fields:
+                raise app.UsageError(f"--task={flag_values.task} trains on one source: "
+                                     "--train_files entries take no @WEIGHT")
+            if weights:
+                values["train_weights"] = weights
         if flag_name in PATH_FLAGS:  # the run's files whatever the directory it runs from
             value = absolute(value)
         values[field] = value
@@ -82,12 +91,25 @@ def build_config(task, flag_values):
     return config
 
 
+def _split_weights(entries):
+    from tfseq.errors import InputError
+    from tfseq.pipelines.mixture import split_weights
+
+    try:
+        return split_weights(entries)
+    except InputError as e:
+        raise app.UsageError(str(e)) from None
+
+
 def check_no_effect(config, flag_values) -> None:
     """A flag that would be silently ignored with the other flags given is an error naming it."""
     user = bool(getattr(config, "train_files", ())) or bool(getattr(config, "source_files", ()))
     for name in ("eval_files", "format", "columns", "header"):
         if flag_values[name].value and not getattr(config, "train_files", ()):
             raise app.UsageError(f"--{name} applies to --train_files, which is not given")
+    if flag_values.mix_temperature is not None and getattr(config, "train_weights", ()):
+        raise app.UsageError("--mix_temperature sets the weights; the --train_files entries "
+                             "have their own (GLOB@WEIGHT): give one")
     if flag_values.eval_percent is not None and getattr(config, "eval_files", ()):
         raise app.UsageError("--eval_percent has no effect with --eval_files (nothing is held out)")
     if flag_values.files and user:

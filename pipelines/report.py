@@ -14,7 +14,7 @@ import os
 def make_report(*, task_name, config, mode, replicas, workers, learning_rate, result, stats,
                 counters, eval_results, baselines, setup, data_state_bytes,
                 drop_examples, data_service=None, first_step_seconds=None,
-                timings=None, resumed_at_step=None) -> dict:
+                timings=None, resumed_at_step=None, sources=None) -> dict:
     """``report.json``: the same keys and shapes in every mode (single, replicated,
     multi_worker, data_service)."""
     seconds = result.train_seconds
@@ -36,6 +36,7 @@ def make_report(*, task_name, config, mode, replicas, workers, learning_rate, re
         "data_state_bytes": data_state_bytes,
         "resumed_at_step": resumed_at_step,
         "checkpoints": checkpoint_timings(timings),
+        "sources": sources or [],
     }
 
 
@@ -59,6 +60,10 @@ def format_report(report: dict) -> str:
         lines.append(f"  {split:5s} records read {read:7d}: {kept:6d} examples, {routed:6d} in "
                      f"the other split, {sum(dropped.values()):4d} dropped "
                      f"{dropped if dropped else ''}")
+    if report.get("sources"):
+        from tfseq.pipelines.mixture import format_sources
+
+        lines.extend("  " + line for line in format_sources(report["sources"]))
     lines.append(f"  padding efficiency of training batches: {report['padding_efficiency']:.3f}")
     lines.append(f"  training: {report['steps']} steps, {report['train_seconds']:.1f} s, "
                  f"{report['real_tokens_per_second']:,.0f} real tokens/s, "

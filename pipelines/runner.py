@@ -18,7 +18,7 @@ from typing import Callable
 from absl import logging
 
 from tfseq.errors import InputError
-from tfseq.pipelines import tasks
+from tfseq.pipelines import mixture, tasks
 from tfseq.pipelines.report import drop_examples_of, format_report, make_report, write_report
 from tfseq.training import TrainResult
 
@@ -194,6 +194,9 @@ class Runner:
         with scope:
             model = task.build_model(config, run.state, model_config)
         if mode == "data_service":
+            if mixture.is_mixture(config):
+                raise SetupError("--data_service reads one source: a mixture of --train_files "
+                                 "(GLOB@WEIGHT or --mix_temperature) trains without it")
             return self._train_on_service(task, config, run, model, strategy, counters, stats,
                                           local)
         stream = task.training_stream(config, run.state, counters["train"], run.shards,
@@ -254,7 +257,8 @@ class Runner:
             timings=trainer.timings,
             data_state_bytes=data_state_bytes(checkpoints[0]) if checkpoints else 0,
             drop_examples=drop_examples_of(task, config, counters),
-            data_service=self.settings.data_service, resumed_at_step=resumed_at)
+            data_service=self.settings.data_service, resumed_at_step=resumed_at,
+            sources=self._mixture_sources(task, config, stream, trainer, counters))
         if not chief:
             worker_dir = os.path.join(self.settings.model_dir, "workers", str(worker))
             os.makedirs(worker_dir, exist_ok=True)
@@ -275,6 +279,16 @@ class Runner:
             if path:
                 print(f"Served model ({task.name}, input `{task.prediction_input}`): {path}")
         return result
+
+    @staticmethod
+    def _mixture_sources(task, config, stream, trainer, counters) -> list[dict]:
+        """``report.json``'s ``sources`` of a mixture (``[]`` for one source)."""
+        if not mixture.is_mixture(config):
+            return []
+        shards = stream.shards
+        blocks = (int(trainer.epoch.numpy()) * shards.blocks_per_epoch
+                  + int(stream.offset.numpy()) // shards.block)
+        return mixture.report_sources(task, config, shards, counters["train"], blocks=blocks)
 
     def _train_on_service(self, task, config, run, model, strategy, counters, stats,
                           local) -> TrainResult:

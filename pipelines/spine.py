@@ -37,7 +37,7 @@ from typing import Callable, ClassVar
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from tfseq.pipelines import sources
+from tfseq.pipelines import mixture, sources
 from tfseq.pipelines.config import TextConfig, batching_of
 from tfseq.pipelines.sources import Source
 from tfseq.pipelines.state import PassReport, TaskState, prepare, spill
@@ -181,8 +181,11 @@ class TextTask:
         """The vocabularies and label sets of the training data, in at most one read
         (``pipelines.state.prepare``)."""
         config.check()
-        return prepare(self, config, self.source(config, "train"), shards=shards,
-                       fingerprint=fingerprint, write=write)
+        state, report = prepare(self, config, self.source(config, "train"), shards=shards,
+                                fingerprint=fingerprint, write=write)
+        if shards is not None and mixture.is_mixture(config):  # each source spills its own
+            report.passes += spill(self, config, shards, fingerprint, write=write).passes
+        return state, report
 
     # ----- encoding
 
@@ -244,6 +247,9 @@ class TextTask:
                       directory: str | None = None) -> RecordShards:
         """The training records as shuffle shards (``directory``: where shards are spilled
         when the input needs more than one; a temporary one if ``None``)."""
+        if mixture.is_mixture(config):
+            return mixture.record_shards(self, config, num_workers=num_workers, worker=worker,
+                                         directory=directory)
         source = self.source(config, "train")
         k = num_shards_for(source.files, config.shuffle_shard_bytes)
         if k > 1 and directory is None:
@@ -270,8 +276,12 @@ class TextTask:
             return tuple(self.features(part) for part in
                          split(batch, replicas, balance="tokens", equal_rows=True))
 
-        return ResumableStream(shards, self.encode_fn(config, state, "train", counter),
-                               batching.pool_batcher(counter), counter=counter,
+        if mixture.is_mixture(config):
+            encode = mixture.encode_fn(self, config, state, counter, shards,
+                                       token_keys=self.features.inputs)
+        else:
+            encode = self.encode_fn(config, state, "train", counter)
+        return ResumableStream(shards, encode, batching.pool_batcher(counter), counter=counter,
                                seed=config.seed, epoch=epoch, map_fn=to_model,
                                token_keys=self.features.inputs, **batching.pool_size)
 

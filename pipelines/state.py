@@ -181,7 +181,13 @@ def prepare(task, config, source, *, shards=None, fingerprint=None,
 
 def spill(task, config, shards, fingerprint, *, write=None) -> PassReport:
     """Writes the training stream's shards, if it has several and they are not on disk yet
-    (one read of the training records, learning nothing); the report says if it read."""
+    (one read of the training records, learning nothing); the report says if it read. A
+    mixture's sources each spill their own (``pipelines.mixture.spill``)."""
+    from tfseq.mixing import MixedRecords
+
+    if isinstance(shards, MixedRecords):
+        from tfseq.pipelines import mixture
+        return mixture.spill(task, config, shards, write=write)
     if shards is None or shards.num_shards == 1 or shards.ready(fingerprint):
         return PassReport()
     _, report = prepare(_SpillOnly(task), config, task.source(config, "train"), shards=shards,
@@ -251,7 +257,8 @@ def _read_once(task, config, source, learn, discover, values, report, spill, wri
                 tokens, _, n = tf.unique_with_counts(tokenizer.tokenize(texts).flat_values)
                 out[f"tokens/{name}"], out[f"counts/{name}"] = tokens, n
         if spill is not None:
-            out["spill_ids"], out["spill"] = spill.shards.assign(index, records)
+            out["spill_ids"], out["spill"], out["spill_counts"] = spill.shards.assign(
+                index, records)
         return out
 
     batches = source.read(1, 0).rebatch(PREPARE_BATCH)
@@ -273,7 +280,7 @@ def _read_once(task, config, source, learn, discover, values, report, spill, wri
                 counter_.update(dict(zip(out[f"tokens/{name}"].tolist(),
                                          out[f"counts/{name}"].tolist())))
             if spill is not None:
-                spill.write(out["spill_ids"], out["spill"])
+                spill.write(out["spill_ids"], out["spill"], out["spill_counts"])
             progress.update(int(out["records"]), int(out["bytes"]))
             report.records += int(out["records"])
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:

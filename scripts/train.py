@@ -65,7 +65,11 @@ flags.DEFINE_enum("task", "classify", [t for t in tasks.TASKS if t != "lm_tbptt"
 flags.DEFINE_string("model_dir", "runs/default", "Checkpoints, logs, flags and the report.")
 flags.DEFINE_list("files", [], "Files in the embedded corpus' format (default: the embedded "
                   "corpus).")
-flags.DEFINE_list("train_files", [], "Your training files: comma-separated globs, .gz allowed.")
+flags.DEFINE_list("train_files", [], "Your training files: comma-separated globs, .gz allowed. "
+                  "Several corpora at set proportions: GLOB@WEIGHT entries, e.g. "
+                  "'news/*.tsv@0.7,web/*.tsv.gz@0.3' (each entry a source, mixed exactly).")
+flags.DEFINE_float("mix_temperature", None, "Each --train_files entry a source, weighted by its "
+                   "records ** (1/T): 1 in proportion to size, higher evens them out.")
 flags.DEFINE_list("eval_files", [], "Your eval files (default: hold out --eval_percent).")
 flags.DEFINE_enum("format", None, list(FORMATS),
                   "File format (default: from the extension).")

@@ -249,7 +249,7 @@ def mix_with(mixture: Mixture, sources: Sequence[tf.data.Dataset], *,
             continue
         if batched:
             ds = ds.map(lambda b, i=i: {**b, key: tf.fill([_rows(b)], tf.constant(i, tf.int32))})
-            chunks.append(ds.repeat().rebatch(int(chunk[i]), drop_remainder=True))
+            chunks.append(_rechunk(ds.repeat(), int(chunk[i])))
         else:
             ds = ds.map(lambda x, i=i: {**x, key: tf.constant(i, tf.int32)})
             ds = ds.repeat().ragged_batch(int(chunk[i]), drop_remainder=True)
@@ -264,6 +264,41 @@ def mix_with(mixture: Mixture, sources: Sequence[tf.data.Dataset], *,
     blocks = tf.data.Dataset.zip(tuple(chunks)).map(
         merge, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return blocks if batched else unbatch(blocks)
+
+
+def _rechunk(batches: tf.data.Dataset, size: int) -> tf.data.Dataset:
+    """Ragged batches of any sizes -> batches of exactly ``size`` examples, in order (a
+    ``scan`` carrying the rows short of a whole chunk; ``Dataset.rebatch`` goes one example at
+    a time on ragged features, ~6x the cost per token)."""
+    spec = batches.element_spec
+
+    def parts(batch):  # scan state holds plain tensors: (values, row lengths) per ragged
+        return {k: (v.values, v.row_lengths()) if isinstance(v, tf.RaggedTensor) else v
+                for k, v in batch.items()}
+
+    def whole(state):
+        return {k: tf.RaggedTensor.from_row_lengths(*v, validate=False) if isinstance(v, tuple)
+                else v for k, v in state.items()}
+
+    def empty(s):
+        if isinstance(s, tf.RaggedTensorSpec):
+            return tf.zeros([0], s.dtype), tf.zeros([0], s.row_splits_dtype)
+        return tf.zeros([0] + s.shape[1:].as_list(), s.dtype)
+
+    def step(carry, batch):
+        joined = {k: tf.concat([v, batch[k]], 0) for k, v in whole(carry).items()}
+        cut = _rows(joined) // size * size
+        return (parts({k: v[cut:] for k, v in joined.items()}),
+                {k: v[:cut] for k, v in joined.items()})
+
+    def split(head):
+        """``[k * size, ...]`` -> ``[k, size, ...]``."""
+        return {k: tf.RaggedTensor.from_uniform_row_length(v, size)
+                if isinstance(v, tf.RaggedTensor)
+                else tf.reshape(v, tf.concat([[-1, size], tf.shape(v)[1:]], 0))
+                for k, v in head.items()}
+
+    return batches.scan({k: empty(s) for k, s in spec.items()}, step).map(split).unbatch()
 
 
 def _common_spec(names: Sequence[str], specs: Sequence[Mapping]) -> dict:
@@ -320,3 +355,177 @@ def _named(datasets) -> tuple[list[str], list[tf.data.Dataset]]:
 
 def _describe(spec) -> str:
     return "{" + ", ".join(f"{k}: {v.dtype.name} {v.shape}" for k, v in spec.items()) + "}"
+
+
+# ----------------------------------------------------------------------------- training records
+
+class MixedRecords:
+    """The records of several sources in an exact mixture, epoch after epoch, from a cursor.
+
+    What ``tfseq.ResumableStream`` reads in place of one ``RecordShards`` (the same
+    ``epoch_batches``), so a mixture keeps the stream's cursor of three integers, its exact
+    resume and its counts.
+
+    The mixed record sequence is endless and fixed: block ``b`` (``L`` records) holds the
+    records ``b * m * g_i ... (b + 1) * m * g_i - 1`` of source ``i``'s own sequence, which
+    visits the source epoch after epoch, each epoch in the source's ``RecordShards`` order
+    (shards and records permuted anew from the seed and the source epoch). Mixture epoch ``E``
+    is blocks ``E * B ... (E + 1) * B - 1``, ``B = ceil(sum of the sources' records / L)``:
+    about as many records as the sources hold together. A block's records are source by
+    source (``chunk`` sizes); ``mixed_encode`` encodes each source's part with its own counts
+    and interleaves the examples.
+
+    Args:
+      parts: one ``RecordShards`` per source.
+      names: the sources' names (their keys in ``DropCounter.by_source``).
+      weights, temperature: as ``mixture_weights`` (sizes: the sources' records).
+      seed: the schedule's ties.
+      sizes: records per source (default: each part's ``shard_sizes``, read at first use:
+        after the parts are spilled).
+
+    Memory: one shard of each source at a time.
+    """
+
+    num_shards = 1  # to the stream, an epoch is one shard of B blocks
+
+    def __init__(self, parts: Sequence, names: Sequence[str], weights=None, *,
+                 temperature: float | None = None, seed: int | None = None,
+                 sizes: Sequence[int] | None = None):
+        self.parts = list(parts)
+        self.names = tuple(names)
+        self._weights, self._temperature, self._seed = weights, temperature, seed
+        self._shard_sizes = None if sizes is None else [[int(n)] for n in sizes]
+        self._mixture = None
+
+    def _ready(self) -> None:
+        if self._mixture is not None:
+            return
+        if self._shard_sizes is None:
+            with tf.init_scope():
+                self._shard_sizes = [part.shard_sizes() for part in self.parts]
+        sizes = self.sizes
+        empty = [name for name, n in zip(self.names, sizes) if n == 0]
+        if empty:
+            raise ValueError(f"mix: source {empty} has no training record")
+        self._mixture = Mixture.create(self.names, self._weights,
+                                       temperature=self._temperature,
+                                       sizes=sizes if self._temperature else None,
+                                       seed=self._seed)
+        # Blocks of about MIN_BLOCK records, smaller for small sources (an epoch is a whole
+        # number of blocks: at most an eighth more than the sources' records).
+        self._chunk, self._index = self._mixture.block(
+            max(1, min(MIN_BLOCK, sum(sizes) // 8)))
+
+    @property
+    def sizes(self) -> list[int]:
+        """Records per source."""
+        if self._shard_sizes is None:
+            self._ready()
+        return [sum(s) for s in self._shard_sizes]
+
+    @property
+    def mixture(self) -> Mixture:
+        self._ready()
+        return self._mixture
+
+    @property
+    def chunk(self) -> np.ndarray:
+        """int64 ``[k]``: each source's records in a block."""
+        self._ready()
+        return self._chunk
+
+    @property
+    def block(self) -> int:
+        """``L``: records per block."""
+        return int(self.chunk.sum())
+
+    @property
+    def blocks_per_epoch(self) -> int:
+        return max(1, -(-sum(self.sizes) // self.block))
+
+    @property
+    def records_per_epoch(self) -> int:
+        return self.blocks_per_epoch * self.block
+
+    def source_records(self, n: int) -> np.ndarray:
+        """int64 ``[k]``: records of each source in the first ``n`` blocks."""
+        return self.chunk * int(n)
+
+    def _source_stream(self, i: int, start: tf.Tensor, read_batch: int) -> tf.data.Dataset:
+        """Source ``i``'s records (``tf.string [n]`` batches) from position ``start`` of its
+        endless sequence on."""
+        part, size = self.parts[i], self.sizes[i]
+        shard_sizes = tf.constant(self._shard_sizes[i], tf.int64)
+        first_epoch, first = start // size, start % size
+
+        def epoch(e):
+            skip = tf.where(tf.equal(e, first_epoch), first, tf.constant(0, tf.int64))
+            if part.num_shards == 1:
+                rank, offset = tf.constant(0, tf.int64), skip
+            else:  # the rank whose records hold position ``skip`` in this epoch's order
+                from tfseq.resumable import _seed
+                order = tf.random.experimental.stateless_shuffle(
+                    tf.range(part.num_shards, dtype=tf.int64), seed=_seed(part.seed, e))
+                ends = tf.cumsum(tf.gather(shard_sizes, order))
+                rank = tf.searchsorted(ends, skip[None], side="right", out_type=tf.int64)[0]
+                offset = skip - (ends[rank] - tf.gather(shard_sizes, tf.gather(order, rank)))
+            return part.epoch_batches(e, rank, offset, read_batch).map(
+                lambda records, *_: records)
+
+        return tf.data.Dataset.range(first_epoch, 1 << 62).flat_map(epoch)
+
+    def epoch_batches(self, epoch, start_shard, start_offset, batch_size: int
+                      ) -> tf.data.Dataset:
+        """Mixture epoch ``epoch`` from record ``start_offset`` (a block start) on:
+        ``(records tf.string [L], rank 0, offset int64, epoch_end bool)`` per block."""
+        del start_shard, batch_size  # one shard per epoch; blocks of L records
+        epoch = tf.cast(epoch, tf.int64)
+        first = tf.cast(start_offset, tf.int64) // self.block
+        block = epoch * self.blocks_per_epoch + first
+        streams = []
+        for i, size in enumerate(self.chunk.tolist()):
+            records = self._source_stream(i, block * size, max(256, size))
+            streams.append(_rechunk(records.map(lambda r: {"r": r}), size))
+        left = self.blocks_per_epoch - first
+        blocks = tf.data.Dataset.zip(tuple(streams)).take(left).map(
+            lambda *parts: tf.concat([p["r"] for p in parts], 0))
+        return blocks.enumerate().map(
+            lambda k, records: (records, tf.constant(0, tf.int64),
+                                (first + k) * self.block, tf.equal(k, left - 1)))
+
+
+def mixed_encode(encodes: Sequence, chunk: Sequence[int], names: Sequence[str], counter,
+                 keys_fn=None):
+    """``records tf.string [L] -> examples`` for ``MixedRecords`` blocks: each source's part
+    (``chunk[i]`` records, source by source) encoded by ``encodes[i]``, its counts added to
+    ``counter`` in total and under ``names[i]`` (``DropCounter.by_source``, with the source's
+    ``examples`` and ``tokens``), and the examples interleaved in proportion (the r-th of
+    ``n_i`` kept examples of source ``i`` at ``(r + 1/2) / n_i``; ties by source)."""
+    from tfseq._common import batch_lengths, example_keys
+    from tfseq.stats import CountTape
+
+    def encode(records):
+        parts, start = [], 0
+        for fn, size, name in zip(encodes, chunk, names):
+            tape = CountTape()
+            with counter.recording(tape):
+                examples = fn(records[start:start + size])
+            start += size
+            keys, _ = example_keys({k: _spec_of(v) for k, v in examples.items()})
+            lengths = batch_lengths(examples, keys_fn(examples) if keys_fn else keys)
+            counter.forward(tape, name, {
+                "examples": tf.size(lengths, out_type=tf.int64),
+                "tokens": tf.reduce_sum(tf.cast(lengths, tf.int64))})
+            parts.append(examples)
+        kept = [tf.cast(_rows(p), tf.float64) for p in parts]
+        position = tf.concat([(tf.range(n) + 0.5) / n for n in kept], 0)
+        order = tf.argsort(position, stable=True)
+        return {k: tf.gather(tf.concat([p[k] for p in parts], 0), order) for k in parts[0]}
+
+    return encode
+
+
+def _spec_of(value):
+    if isinstance(value, tf.RaggedTensor):
+        return tf.RaggedTensorSpec.from_value(value)
+    return tf.TensorSpec(value.shape, value.dtype)

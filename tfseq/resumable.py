@@ -119,7 +119,9 @@ class RecordShards:
         if not os.path.exists(manifest) or not all(os.path.exists(p) for p in self.paths):
             return False
         with open(manifest) as f:
-            return json.load(f) == self._manifest(fingerprint)
+            saved = json.load(f)
+        saved.pop("sizes", None)
+        return saved == self._manifest(fingerprint)
 
     def _manifest(self, fingerprint):
         return {"num_shards": self.num_shards, "seed": self.seed, "input": fingerprint}
@@ -129,14 +131,27 @@ class RecordShards:
         return SpillWriter(self, self._manifest(fingerprint))
 
     def assign(self, index: tf.Tensor, records: tf.Tensor):
-        """A read batch -> ``(shard ids int64 [s], serialized records tf.string [s])``: the
-        records of each shard present, one serialized ``[m]`` tensor per shard (graph)."""
+        """A read batch -> ``(shard ids int64 [s], serialized records tf.string [s], records
+        per shard int64 [s])``: the records of each shard present, one serialized ``[m]``
+        tensor per shard (graph)."""
         shard = _shard_of(records, index, self.seed, self.num_shards)
         order = tf.argsort(shard, stable=True)
-        ids, _, counts = tf.unique_with_counts(tf.gather(shard, order))
+        ids, _, counts = tf.unique_with_counts(tf.gather(shard, order), out_idx=tf.int64)
         groups = tf.RaggedTensor.from_row_lengths(tf.gather(records, order), counts)
         return ids, tf.map_fn(tf.io.serialize_tensor, groups,
-                              fn_output_signature=tf.TensorSpec([], tf.string))
+                              fn_output_signature=tf.TensorSpec([], tf.string)), counts
+
+    def shard_sizes(self) -> list[int]:
+        """Records in each shard (from the manifest the spill wrote; else by reading)."""
+        if self.num_shards == 1:
+            return [int(self.make_records().reduce(
+                tf.constant(0, tf.int64), lambda n, b: n + tf.size(b, out_type=tf.int64)))]
+        with open(os.path.join(self.directory, "manifest.json")) as f:
+            sizes = json.load(f).get("sizes")
+        if sizes is None:
+            sizes = [int(tf.size(self.shard_records(tf.constant(k, tf.int64))))
+                     for k in range(self.num_shards)]
+        return sizes
 
     # ----- one epoch
 
@@ -196,10 +211,12 @@ class SpillWriter:
             os.makedirs(shards.directory)
         self.writers = [tf.io.TFRecordWriter(p) for p in shards.paths] \
             if shards.num_shards > 1 else []
+        self.sizes = [0] * shards.num_shards
 
-    def write(self, shard_ids, serialized) -> None:
-        for k, record in zip(shard_ids.tolist(), serialized.tolist()):
+    def write(self, shard_ids, serialized, counts) -> None:
+        for k, record, n in zip(shard_ids.tolist(), serialized.tolist(), counts.tolist()):
             self.writers[k].write(record)
+            self.sizes[k] += n
 
     def close(self) -> None:
         for writer in self.writers:
@@ -207,7 +224,7 @@ class SpillWriter:
         if self.writers:
             path = os.path.join(self.shards.directory, "manifest.json")
             with open(path + ".tmp", "w") as f:
-                json.dump(self.manifest, f, indent=1, sort_keys=True)
+                json.dump({**self.manifest, "sizes": self.sizes}, f, indent=1, sort_keys=True)
             os.replace(path + ".tmp", path)
 
 

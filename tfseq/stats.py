@@ -71,6 +71,7 @@ class DropCounter:
         self.name = name
         self._drops: dict[str, tf.Variable] = {}
         self._seen: dict[str, tf.Variable] = {}
+        self._by_source: dict[str, tf.Variable] = {}  # "<source>/<drops|seen>/<name>"
         self._tape: CountTape | None = None
 
     @staticmethod
@@ -82,9 +83,39 @@ class DropCounter:
         return table[key]
 
     def variable(self, key: tuple[str, str]) -> tf.Variable:
-        """The variable of ``("drops", reason)`` or ``("seen", name)`` (made if new)."""
+        """The variable of ``("drops", reason)``, ``("seen", name)`` or ``("source",
+        "<source>/<drops|seen>/<name>")`` (made if new)."""
         kind, name = key
-        return self._variable(self._drops if kind == "drops" else self._seen, name, kind)
+        table = {"drops": self._drops, "source": self._by_source}.get(kind, self._seen)
+        return self._variable(table, name, kind)
+
+    def forward(self, tape: "CountTape", source: str | None = None,
+                extra: Mapping[str, tf.Tensor] | None = None) -> None:
+        """Adds what ``tape`` recorded to this counter (to the tape being recorded, if any),
+        and with ``source`` also under that source's name (``by_source``), with ``extra``
+        ``seen`` counts kept for the source only (e.g. its examples and tokens)."""
+        for kind, name in tape.keys:
+            n = tape.vector([(kind, name)])[0]
+            (self.count if kind == "drops" else self.note)(name, n)
+            if source is not None:
+                self._add(("source", f"{source}/{kind}/{name}"), n)
+        for name, n in (extra or {}).items():
+            self._add(("source", f"{source}/seen/{name}"), n)
+
+    def _add(self, key: tuple[str, str], n):
+        var = self.variable(key)
+        if self._tape is not None:
+            return self._tape.add(key, n)
+        return var.assign_add(tf.cast(n, tf.int64))
+
+    def by_source(self) -> dict[str, dict[str, dict[str, int]]]:
+        """``{source: {"drops": {reason: n}, "seen": {name: n}}}`` of the counts that
+        ``forward`` kept per source (a mixture's sources)."""
+        out: dict = {}
+        for key, v in sorted(self._by_source.items()):
+            source, kind, name = key.rsplit("/", 2)
+            out.setdefault(source, {"drops": {}, "seen": {}})[kind][name] = int(v.numpy())
+        return out
 
     def register(self, *reasons: str) -> None:
         """Declares drop reasons up front so they are reported even when their count is 0."""
@@ -192,13 +223,14 @@ class DropCounter:
         """Every counter variable by a unique name, e.g. to save them in a ``tf.train.Checkpoint``."""
         out = {f"drops_{k}": v for k, v in self._drops.items()}
         out.update({f"seen_{k}": v for k, v in self._seen.items()})
+        out.update({f"source_{k}": v for k, v in self._by_source.items()})
         return {k.replace(" ", "_"): v for k, v in out.items()}
 
     def total_dropped(self) -> int:
         return sum(self.drops().values())
 
     def reset(self) -> None:
-        for v in list(self._drops.values()) + list(self._seen.values()):
+        for v in [*self._drops.values(), *self._seen.values(), *self._by_source.values()]:
             v.assign(0)
 
     def __repr__(self) -> str:

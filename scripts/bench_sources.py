@@ -1,0 +1,165 @@
+r"""Many sources: the rate of reading JSON Lines and TFRecord against TSV, and of bucketing a
+mixture of corpora against bucketing one.
+
+Usage:
+  python scripts/bench_sources.py --json_out=bench_out/sources.json
+  python scripts/bench_sources.py --copies=2 --repeats=2
+
+The rows (label = the book, text = the verse) of the embedded corpus, both languages (62,204
+rows), written ``--copies`` times into three files of the same rows: ``rows.tsv``,
+``rows.jsonl`` (``json.dumps``, raw UTF-8) and ``rows.tfrecord`` (``tf.train.Example``, two
+bytes features). Every feed is consumed in the graph (``Dataset.reduce``), best of
+``--repeats`` round-robin passes:
+
+  read tsv / jsonl / tfrecord   ``formats.read_rows`` (read + parse + drop checks): rows/s
+  bucket, one source            the TSV rows' text -> ``tokenize`` -> ``bucket_by_length``
+  bucket, mix of 3              the same rows cut into three files (thirds), each read and
+                                tokenized as above, ``tfseq.mix`` in proportion to their
+                                sizes (``temperature=1``), then the same ``bucket_by_length``
+                                over as many rows (M real tokens/s)
+
+Targets (issue: many sources): jsonl >= 0.5x tsv, tfrecord >= tsv, mix of 3 >= 0.9x one.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("copies", 4, "Times the corpus' rows are written into each file.")
+flags.DEFINE_integer("repeats", 3, "Timed passes per feed (best kept), round robin.")
+flags.DEFINE_integer("max_tokens", 8192, "Token budget per batch (bucket feeds).")
+flags.DEFINE_list("feeds", ["read", "bucket"], "Which groups of feeds to run: read, bucket.")
+flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
+
+
+def corpus_rows() -> list[tuple[str, str]]:
+    """(book, verse text) of both embedded corpora."""
+    import tfseq
+
+    path = tfseq.corpus_path()
+    paths = [path, os.path.join(os.path.dirname(path), "rv1909_es.tsv.gz")]
+    rows = []
+    for p in paths:
+        if os.path.exists(p):
+            with gzip.open(p, "rt", encoding="utf-8") as f:
+                for line in f:
+                    fields = line.rstrip("\n").split("\t")
+                    rows.append((fields[0], fields[-1]))
+    return rows
+
+
+def write_files(out_dir: str, rows) -> dict[str, str]:
+    """The same rows as TSV, JSON Lines and TFRecord; and three TSV thirds."""
+    import tensorflow as tf
+
+    paths = {k: os.path.join(out_dir, f"rows.{k}") for k in ("tsv", "jsonl", "tfrecord")}
+    with open(paths["tsv"], "w", encoding="utf-8") as tsv, \
+            open(paths["jsonl"], "w", encoding="utf-8") as jsonl, \
+            tf.io.TFRecordWriter(paths["tfrecord"]) as records:
+        for _ in range(FLAGS.copies):
+            for label, text in rows:
+                tsv.write(f"{label}\t{text}\n")
+                jsonl.write(json.dumps({"label": label, "text": text}, ensure_ascii=False) + "\n")
+                records.write(tf.train.Example(features=tf.train.Features(feature={
+                    "label": tf.train.Feature(bytes_list=tf.train.BytesList(
+                        value=[label.encode()])),
+                    "text": tf.train.Feature(bytes_list=tf.train.BytesList(
+                        value=[text.encode()]))})).SerializeToString())
+    for i in range(3):
+        paths[f"third{i}"] = os.path.join(out_dir, f"third{i}.tsv")
+        with open(paths[f"third{i}"], "w", encoding="utf-8") as f:
+            for _ in range(FLAGS.copies):
+                for label, text in rows[i * len(rows) // 3:(i + 1) * len(rows) // 3]:
+                    f.write(f"{label}\t{text}\n")
+    return paths
+
+
+def build_feeds(paths, total_rows):
+    """name -> (dataset, count): count maps an element to what the rate counts (int64)."""
+    import tensorflow as tf
+
+    import tfseq
+    from tfseq import formats
+
+    def read(path, kind):
+        fmt = formats.row_format([path], kind, ["label", "text"], False,
+                                 required=("label", "text"), allowed=("label", "text"))
+        return formats.read_rows([path], fmt, tfseq.DropCounter(kind), in_order=True)
+
+    rows = lambda b: tf.size(b["text"], out_type=tf.int64)  # noqa: E731
+    feeds = {f"read {kind}": (read(paths[kind], kind), rows)
+             for kind in ("tsv", "jsonl", "tfrecord")}
+    texts = [t.decode() for t in read(paths["tsv"], "tsv").map(lambda b: b["text"]).unbatch()
+             .take(20000).as_numpy_iterator()]
+    vocab = tfseq.Vocab.build(tf.data.Dataset.from_tensor_slices(texts), min_count=1)
+
+    def tokenized(path):
+        return read(path, "tsv").map(lambda b: b["text"]).apply(tfseq.tokenize(vocab))
+
+    def bucket(ds):
+        return ds.apply(tfseq.bucket_by_length(max_tokens=FLAGS.max_tokens, max_length=512,
+                                               seed=0, counter=tfseq.DropCounter()))
+
+    real = lambda b: tf.reduce_sum(tf.cast(b["ids_length"], tf.int64))  # noqa: E731
+    feeds["bucket, one source"] = (bucket(tokenized(paths["tsv"])), real)
+    thirds = [tokenized(paths[f"third{i}"]) for i in range(3)]
+    sizes = [sum(1 for _ in open(paths[f"third{i}"], encoding="utf-8")) for i in range(3)]
+    mixed = tfseq.mix(thirds, sizes=sizes, seed=0)
+    block = int(next(iter(mixed.take(1)))["source"].shape[0])
+    feeds["bucket, mix of 3"] = (bucket(mixed.take(-(-total_rows // block))), real)
+    return feeds
+
+
+def main(argv):
+    del argv
+    import tensorflow as tf
+
+    import tfseq
+
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench_sources_") as tmp:
+        rows = corpus_rows()
+        paths = write_files(tmp, rows)
+        sizes = {k: os.path.getsize(p) for k, p in paths.items()}
+        feeds = build_feeds(paths, len(rows) * FLAGS.copies)
+        options = tfseq.pipeline_options()
+        best = {}
+        for _ in range(FLAGS.repeats):
+            for name, (ds, count) in feeds.items():
+                if name.split(" ")[0].rstrip(",") not in FLAGS.feeds:
+                    continue
+                ds = ds.with_options(options)
+                start = time.perf_counter()
+                n = int(ds.reduce(tf.constant(0, tf.int64), lambda a, b, c=count: a + c(b)))
+                seconds = time.perf_counter() - start
+                if name not in best or seconds < best[name][1]:
+                    best[name] = (n, seconds)
+    rate_of = lambda name: best[name][0] / best[name][1] if name in best else None  # noqa
+    tsv_rate, one_rate = rate_of("read tsv"), rate_of("bucket, one source")
+    print(f"\n{len(rows) * FLAGS.copies} rows per file; best of {FLAGS.repeats}, in-graph")
+    print(f"{'feed':22s} {'count':>10s} {'seconds':>8s} {'rate (M/s)':>11s} {'ratio':>7s}")
+    for name, (n, seconds) in best.items():
+        rate = n / seconds
+        base = one_rate if name.startswith("bucket") else tsv_rate
+        unit = "rows" if name.startswith("read") else "real tokens"
+        results[name] = {"count": n, "unit": unit, "seconds": round(seconds, 4),
+                         "rate": rate, "ratio": rate / base}
+        print(f"{name:22s} {n:>10d} {seconds:>8.3f} {rate / 1e6:>11.3f} {rate / base:>7.2f}")
+    results["file_bytes"] = {k: v for k, v in sizes.items() if not k.startswith("third")}
+    if FLAGS.json_out:
+        os.makedirs(os.path.dirname(FLAGS.json_out) or ".", exist_ok=True)
+        with open(FLAGS.json_out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,299 @@
+"""tfseq.jsonl.decode_fields: top-level string fields of JSON Lines, decoded in graph."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import tensorflow as tf
+
+from tfseq.jsonl import decode_fields
+
+KEYS = ("label", "text")
+
+
+def decode(lines, keys=KEYS, array_keys=()):
+    """decode_fields on Python strings -> ([{key: str} or None per line])."""
+    fields, ok = decode_fields(tf.constant(lines, tf.string), keys, array_keys=array_keys)
+    values = {key: fields[key].numpy().tolist() for key in keys}
+    out = []
+    for i, line_ok in enumerate(ok.numpy().tolist()):
+        row = {key: values[key][i].decode("utf-8") for key in keys}
+        if not line_ok:
+            assert row == {key: "" for key in keys}, "a bad line's fields are all empty"
+        out.append(row if line_ok else None)
+    return out
+
+
+def reference(line: str, keys=KEYS, array_keys=()):
+    """What decode_fields should give for one line, from Python's json module."""
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    row = {}
+    for key in keys:
+        value = obj.get(key)
+        if isinstance(value, list) and key in array_keys and all(isinstance(v, str)
+                                                                 for v in value):
+            value = " ".join(value)
+        if not isinstance(value, str):
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no UTF-8 form
+            return None
+        row[key] = value
+    return row
+
+
+# --- tricky but valid lines, expectations written out
+
+TRICKY = [
+    (r'{"label": "a", "text": "quote \" backslash \\ slash \/ b\b f\f n\n r\r t\t"}',
+     "a", 'quote " backslash \\ slash / b\b f\f n\n r\r t\t'),
+    (r'{"label": "caf\u00e9 CAF\u00C9", "text": "\u0041\u00e9\u65e5\uFFFF\u0000end"}',
+     "café CAFÉ", "Aé日\uffff\x00end"),
+    (r'{"label": "\ud83d\ude00", "text": "x\uD834\uDD1Ey"}', "\U0001F600", "x\U0001D11Ey"),
+    ('{"label": "naïve 日本", "text": "😀 raw"}', "naïve 日本", "😀 raw"),
+    ('{"meta": {"text": "no", "label": "no"}, "text": "yes", "label": "l"}', "l", "yes"),
+    ('{"x": [{"text": "no"}, ["text", "no"]], "label": "l", "text": "yes"}', "l", "yes"),
+    ('{"text": "first", "label": "second"}', "second", "first"),
+    ('{"n": 1, "f": -2.5e-3, "z": null, "t": true, "u": false, "a": [1, [2, {}]], "o": {}, '
+     '"label": "l", "e": [], "text": "t"}', "l", "t"),
+    ('{"label": "{", "text": "}"}', "{", "}"),
+    ('{"skip": "[{,:\\"}]", "label": "[", "text": ",:"}', "[", ",:"),
+    ('{"skip": {"a": "}}]]", "b": ["{\\"", ":"]}, "label": "\\"", "text": "\\"}"}',
+     '"', '"}'),
+    ('  {  "label"  :  "a"  ,  "text"  :  "b"  }  ', "a", "b"),
+    ('\t{\t"label"\t:\t"a"\t,\t"text":"b"}\t', "a", "b"),
+    ('{"label":"a","text":"b","x":[ ],"y":{ }}', "a", "b"),
+    ('{"label": "old", "text": "t", "label": "new"}', "new", "t"),
+    ('{"label": "", "text": ""}', "", ""),
+    ('{"label": "  spaced  ", "text": "tab\\there"}', "  spaced  ", "tab\there"),
+    ('{"label": "a", "text": "b", "x": NaN, "y": -Infinity}', "a", "b"),
+    ('{"x": [[[[[[{"text": [[{}]], "label": {"label": []}}]]]]]], "label": "l", "text": "t"}',
+     "l", "t"),
+    ('{"label":"\\\\","text":"\\\\\\""}', "\\", '\\"'),
+]
+
+
+@pytest.mark.parametrize("line,label,text", TRICKY)
+def test_tricky_lines(line, label, text):
+    assert decode([line]) == [{"label": label, "text": text}]
+    assert reference(line) == {"label": label, "text": text}  # the expectation is json's
+
+
+def test_tricky_lines_in_one_batch():
+    assert decode([t[0] for t in TRICKY]) == [{"label": t[1], "text": t[2]} for t in TRICKY]
+
+
+# --- bad lines
+
+BAD = [
+    "[1]", '"s"', "3", "", "   ", "null", "{}",
+    '{"label": "a"}',                                  # missing key
+    '{"label": "a", "meta": {"text": "nested only"}}',  # only nested
+    '{"label": 1, "text": "t"}', '{"label": null, "text": "t"}',
+    '{"label": true, "text": "t"}', '{"label": {"a": "b"}, "text": "t"}',
+    '{"label": ["a"], "text": "t"}',                    # array for a non-array key
+    '{"label": "a", "text": "ab', '{"label": "a", "text": "b"',
+    '{"label": "a", "text": "b"}}', '{"label": "a", "text": "b", "x": [}',
+    '{"label": "a", "text": "b", "x": [1}]', '{"label": "a", "text": "b", "x": {]}',
+    '{"label": "a", "text": "b"} {"c": "d"}', '{"label": "a", "text": "b"} 1',
+    '{"label": "a", "text": "b",}', '{"label": "a",, "text": "b"}',
+    '{"label" "a", "text": "b"}', '{"label": "a" "text": "b"}', '{"label": "a", "text":}',
+    '{"label": "a", "text": "b", "x": [1 2]}', '{"label": "a", "text": "b", "x": 01}',
+    '{"label": "a", "text": "b", "x": tru}', "{'label': 'a', 'text': 'b'}",
+    '{"label": "a", "text": "b", 1: "c"}', '{"label": "a", "text": "b", "x": ["y": 1]}',
+    r'{"label": "a\x", "text": "b"}', r'{"label": "a", "text": "\u12"}',
+    r'{"label": "\ud800", "text": "b"}', r'{"label": "\ud800x", "text": "b"}',
+    r'{"label": "\udc00\ud800", "text": "b"}', r'{"label": "\ud800\u0041", "text": "b"}',
+    r'{"label": "\ud800\ud800\udc00", "text": "b"}',
+    '{"label": "raw\ttab", "text": "b"}', '{"label": "raw\x01ctl", "text": "b"}',
+    '{"label": "nul\x00", "text": "b"}', '{"label": "a",\x00 "text": "b"}',
+    '{"label": "a", "text": "b"}\x00', '{"label": "a", "text": "b", "x": "\\"}',
+    '\ufeff{"label": "a", "text": "b"}', '{"label": "a", "text": "b"}\x0c',
+]
+
+
+@pytest.mark.parametrize("line", BAD)
+def test_bad_lines(line):
+    assert decode([line]) == [None]
+    assert reference(line) is None  # json rejects it too (or gives a lone surrogate)
+
+
+def test_bad_lines_do_not_disturb_good_neighbours():
+    good = '{"label": "l", "text": "t"}'
+    lines = [x for bad in BAD for x in (bad, good)]
+    assert decode(lines) == [None, {"label": "l", "text": "t"}] * len(BAD)
+
+
+def test_invalid_utf8_is_not_ok():
+    lines = tf.constant([b'{"label": "\xff", "text": "b"}', b'{"label": "\xc3", "text": "b"}',
+                         b'{"label": "\xed\xa0\x80", "text": "b"}', b'{"\xff": 1, "label": "a",'
+                         b' "text": "b"}'])
+    assert decode_fields(lines, KEYS)[1].numpy().tolist() == [False] * 4
+
+
+# --- array keys
+
+def test_array_keys():
+    lines = ['{"tokens": "EU rejects", "tags": ["B-ORG", "O"]}',
+             '{"tokens": "EU", "tags": "B-ORG"}',
+             '{"tags": [], "tokens": ""}',
+             '{"tokens": "a b", "tags": [ "x\\u00e9" ,"\\"" ], "tags2": [1, "no"]}',
+             '{"tokens": "a", "tags": ["", "x", ""]}',
+             '{"tokens": "a", "tags": [""]}',
+             '{"tokens": "a", "tags": ["B", 1]}',
+             '{"tokens": "a", "tags": ["B", null]}',
+             '{"tokens": "a", "tags": ["B", ["C"]]}',
+             '{"tokens": "a", "tags": [{"x": "C"}]}',
+             '{"tokens": ["a"], "tags": ["B"]}',
+             '{"tokens": "a", "tags": {"x": "B"}}']
+    assert decode(lines, ("tokens", "tags"), array_keys=("tags",)) == [
+        {"tokens": "EU rejects", "tags": "B-ORG O"},
+        {"tokens": "EU", "tags": "B-ORG"},
+        {"tokens": "", "tags": ""},
+        {"tokens": "a b", "tags": 'xé "'},
+        {"tokens": "a", "tags": " x "},
+        {"tokens": "a", "tags": ""},
+        None, None, None, None, None, None]
+
+
+def test_array_keys_must_be_keys():
+    with pytest.raises(ValueError, match="array_keys"):
+        decode_fields(tf.constant(["{}"]), ["a"], array_keys=["b"])
+
+
+def test_keys_match_their_raw_spelling():
+    """An escaped spelling of a key is another key (documented); both json.dumps forms match."""
+    assert decode([r'{"label": "a", "\u0074ext": "b"}']) == [None]
+    assert decode(['{"é": "x"}', r'{"\u00e9": "y"}'], keys=("é",)) == [{"é": "x"}, {"é": "y"}]
+    assert decode([r'{"a\"b": "x", "a\\b": "y"}'], keys=('a"b', "a\\b")) == [
+        {'a"b': "x", "a\\b": "y"}]
+
+
+# --- cross-check against json.loads on random objects
+
+_CHARS = (list("abcxyz XYZ019") + ['"', "\\", "/", "{", "}", "[", "]", ",", ":", "'"]
+          + [chr(c) for c in range(0x20)] + ["\x7f", "é", "ß", "日本", "\u2028", "\uffff",
+                                             "😀", "\U0001D11E", "\U0010FFFF"])
+
+
+def random_string(rng: random.Random) -> str:
+    return "".join(rng.choice(_CHARS) for _ in range(rng.randrange(12)))
+
+
+def random_junk(rng: random.Random, depth: int = 0):
+    """Any JSON value, with keys that shadow the requested ones inside containers."""
+    choice = rng.randrange(9 if depth < 3 else 6)
+    if choice == 0:
+        return rng.randint(-10**6, 10**6)
+    if choice == 1:
+        return rng.uniform(-1e9, 1e9) * 10 ** rng.randint(-30, 30)
+    if choice == 2:
+        return rng.choice([None, True, False])
+    if choice in (3, 4, 5):
+        return random_string(rng)
+    if choice in (6, 7):
+        return [random_junk(rng, depth + 1) for _ in range(rng.randrange(4))]
+    keys = [rng.choice(["label", "text", "tags", random_string(rng)]) for _ in range(3)]
+    return {key: random_junk(rng, depth + 1) for key in keys}
+
+
+def random_object(rng: random.Random) -> dict:
+    obj = {random_string(rng) or "k": random_junk(rng) for _ in range(rng.randrange(4))}
+    obj["label"] = random_string(rng)
+    obj["text"] = random_string(rng)
+    obj["tags"] = ([random_string(rng) for _ in range(rng.randrange(4))] if rng.random() < 0.5
+                   else random_string(rng))
+    items = list(obj.items())
+    rng.shuffle(items)
+    return dict(items)
+
+
+SEPARATORS = [None, (",", ":"), (" , ", " : "), ("\t,  ", "\t:\t")]
+
+
+def random_lines(seed: int, count: int) -> list[str]:
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(count):
+        obj = random_object(rng)
+        for ensure_ascii in (True, False):
+            for separators in SEPARATORS:
+                line = json.dumps(obj, ensure_ascii=ensure_ascii, separators=separators)
+                lines.append(rng.choice(["", " ", "\t "]) + line + rng.choice(["", "  "]))
+    return lines
+
+
+def test_matches_json_loads_on_random_objects():
+    lines = random_lines(seed=1234, count=300)
+    keys = ("label", "text", "tags")
+    expected = [reference(line, keys, ("tags",)) for line in lines]
+    assert all(row is not None for row in expected)
+    assert decode(lines, keys, array_keys=("tags",)) == expected
+
+
+def mutate(rng: random.Random, line: str) -> str:
+    """The line with one or two characters deleted, duplicated, replaced or inserted."""
+    for _ in range(rng.randrange(1, 3)):
+        i = rng.randrange(len(line) + 1)
+        op = rng.randrange(4)
+        new = rng.choice('{}[]:,"\\ 0-.eutnl' + "x\t")
+        if op == 0:
+            line = line[:i] + line[i + 1:]
+        elif op == 1:
+            line = line[:i] + line[i:i + 1] * 2 + line[i + 1:]
+        elif op == 2:
+            line = line[:i] + new + line[i + 1:]
+        else:
+            line = line[:i] + new + line[i:]
+    return line
+
+
+def test_ok_matches_json_loads_on_mutated_lines():
+    """Broken variants of random lines: accepted exactly when json.loads accepts them."""
+    rng = random.Random(99)
+    lines = [mutate(rng, line) for line in random_lines(seed=5, count=150)]
+    keys = ("label", "text", "tags")
+    expected = [reference(line, keys, ("tags",)) for line in lines]
+    assert 0.2 < sum(row is None for row in expected) / len(lines) < 0.9
+    assert decode(lines, keys, array_keys=("tags",)) == expected
+
+
+# --- graph mode, tf.data, empty batches
+
+def test_in_tf_data_pipeline():
+    lines = [t[0] for t in TRICKY] + BAD[:5]
+    dataset = tf.data.Dataset.from_tensor_slices(lines).batch(4).map(
+        lambda batch: decode_fields(batch, KEYS))
+    assert dataset.element_spec[1].shape.as_list() == [None]
+    got = []
+    for fields, ok in dataset:
+        for i, line_ok in enumerate(ok.numpy().tolist()):
+            got.append({k: fields[k][i].numpy().decode() for k in KEYS} if line_ok else None)
+    assert got == [{"label": t[1], "text": t[2]} for t in TRICKY] + [None] * 5
+
+
+def test_empty_batch():
+    for lines in (tf.constant([], tf.string), tf.zeros([0], tf.string)):
+        fields, ok = decode_fields(lines, KEYS)
+        assert ok.shape == [0] and fields["label"].shape == [0] and fields["text"].shape == [0]
+    fn = tf.function(lambda x: decode_fields(x, ("tokens", "tags"), array_keys=("tags",)),
+                     input_signature=[tf.TensorSpec([None], tf.string)])
+    fields, ok = fn(tf.constant([], tf.string))
+    assert ok.numpy().tolist() == [] and fields["tags"].numpy().tolist() == []
+    fields, ok = fn(tf.constant(['{"tokens": "a", "tags": ["b", "c"]}']))
+    assert fields["tags"].numpy().tolist() == [b"b c"] and ok.numpy().tolist() == [True]
+    dataset = tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string)).batch(4)
+    assert list(dataset.map(lambda b: decode_fields(b, KEYS))) == []
+
+
+def test_no_keys_checks_only_the_object():
+    fields, ok = decode_fields(tf.constant(["{}", "[]", '{"a": 1}']), [])
+    assert fields == {} and ok.numpy().tolist() == [True, False, True]

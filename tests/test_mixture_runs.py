@@ -1,0 +1,273 @@
+"""Training on a mixture of corpora: MixedRecords, the stream's exact resume on any number of
+replicas, and the binary's GLOB@WEIGHT with report.json's sources."""
+
+import collections
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfseq.mixing import MixedRecords
+from tfseq.resumable import RecordShards
+
+LABELS = ("east", "north", "south", "west")
+
+
+def write_source(path, first_id, lines, seed=0):
+    """``label<TAB>t<id> words``: ids ``first_id ..`` (unique across sources)."""
+    rng = random.Random(seed + first_id)
+    rows = []
+    for i in range(lines):
+        label = LABELS[i % len(LABELS)]
+        words = " ".join(f"{label}{rng.randrange(6)}" for _ in range(i % 9 + 1))
+        rows.append(f"{label}\tt{first_id + i} {words}")
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def strings(prefix, n):
+    return lambda: tf.data.Dataset.from_tensor_slices(
+        [f"{prefix}{i}" for i in range(n)]).batch(4)
+
+
+def spilled(tmp_path, prefix, n, num_shards):
+    """RecordShards of ``n`` records spilled into ``num_shards`` files."""
+    shards = RecordShards(strings(prefix, n), num_shards=num_shards, seed=3,
+                          directory=str(tmp_path / prefix))
+    writer = shards.spill_writer({"test": prefix})
+    for index, batch in enumerate(shards.make_records()):
+        writer.write(*[t.numpy() for t in shards.assign(tf.constant(index, tf.int64), batch)])
+    writer.close()
+    return shards
+
+
+def epoch_records(mixed, epoch, offset=0):
+    out = []
+    for records, _, start, _ in mixed.epoch_batches(tf.constant(epoch, tf.int64), 0,
+                                                    tf.constant(offset, tf.int64), 0):
+        out.append((int(start), [r.decode() for r in records.numpy()]))
+    return out
+
+
+def test_mixed_records_blocks_exact_once_per_source_epoch_and_resume_anywhere(tmp_path):
+    a = RecordShards(strings("a", 30), num_shards=1, seed=1)  # in memory
+    b = spilled(tmp_path, "b", 21, num_shards=3)              # three files, sizes in manifest
+    assert sum(b.shard_sizes()) == 21
+    mixed = MixedRecords([a, b], ["a", "b"], [2, 1], seed=0)
+    assert mixed.sizes == [30, 21]
+    assert mixed.chunk.tolist() == [4, 2] and mixed.block == 6   # 51 // 8 = 6 -> 2 periods
+    assert mixed.blocks_per_epoch == 9                           # ceil(51 / 6)
+    sequence = []
+    for epoch in range(3):
+        blocks = epoch_records(mixed, epoch)
+        assert [start for start, _ in blocks] == list(range(0, 54, 6))
+        for _, records in blocks:
+            assert [r[0] for r in records] == ["a"] * 4 + ["b"] * 2
+        sequence += [r for _, records in blocks for r in records]
+    of_a = [r for r in sequence if r[0] == "a"]  # 3 epochs x 36 = 108: 3.6 epochs of a
+    of_b = [r for r in sequence if r[0] == "b"]  # 54: 2.57 epochs of b
+    for seq, size in ((of_a, 30), (of_b, 21)):
+        epochs = [seq[i:i + size] for i in range(0, len(seq) - size + 1, size)]
+        assert all(len(set(e)) == size for e in epochs)      # once per source epoch
+        assert len({tuple(e) for e in epochs}) == len(epochs)  # a new order each
+    # From any block of any epoch, the rest of the epoch is what an uninterrupted read gave.
+    for epoch, offset in ((0, 6), (1, 30), (2, 48)):
+        assert epoch_records(mixed, epoch, offset) == [
+            (s, r) for s, r in epoch_records(mixed, epoch) if s >= offset]
+
+
+def test_a_mixture_needs_records_in_every_source(tmp_path):
+    mixed = MixedRecords([RecordShards(strings("a", 3), num_shards=1, seed=0),
+                          RecordShards(strings("b", 0), num_shards=1, seed=0)], ["x", "y"])
+    with pytest.raises(ValueError, match=r"source \['y'\] has no training record"):
+        mixed.block
+
+
+# ----------------------------------------------------------------------------- the stream
+
+def config_of(news, web, **changes):
+    from tfseq.pipelines import classify
+
+    fields = dict(train_files=(news, web), train_weights=(0.7, 0.3), columns=("label", "text"),
+                  eval_percent=0, min_count=1, batching="bucket", max_tokens=96, max_length=12,
+                  shuffle_shard_bytes=4096)
+    return classify.Config(**{**fields, **changes})
+
+
+def example_ids(batch, tokens):
+    parts = batch if isinstance(batch[0], tuple) else (batch,)
+    found = []
+    for x, _, weights in parts:
+        ids = x["ids"].numpy()
+        real = weights.numpy().reshape(ids.shape[0], -1).max(axis=1) > 0
+        found += [int(tokens[t][1:]) for t in ids[real, 0].tolist()]
+    return found
+
+
+def run_trainer(config, state, shards, model_dir, *, max_steps=None, steps=None):
+    import tfseq
+    from tfseq.pipelines import classify
+    from tfseq.training import Trainer
+
+    steps = [] if steps is None else steps
+    counter = tfseq.DropCounter("train")
+    stream = classify.TASK.training_stream(config, state, counter, shards)
+    keras.utils.set_random_seed(0)
+    model = classify.TASK.build_model(config, state, classify.TASK.model_config(
+        embedding_dim=4, hidden_dim=4))
+    trainer = Trainer(model, stream, model_dir=str(model_dir), checkpoint_every=3,
+                      on_batch=lambda b: steps.append(example_ids(b, state.vocab.tokens)),
+                      on_epoch_start=lambda epoch: counter.reset())
+    trainer.restore()
+    return trainer.fit(1, verbose=0, max_steps=max_steps), steps, counter
+
+
+@pytest.mark.slow
+def test_a_mixture_stream_trains_the_weights_and_resumes_exactly(tmp_path):
+    from tfseq.pipelines import classify, sources
+    from tfseq.training import checkpoints_newest_first, data_state_bytes
+
+    news = write_source(tmp_path / "news.tsv", 0, 600)
+    web = write_source(tmp_path / "web.tsv", 10_000, 300)
+    config = config_of(news, web)
+    task = classify.TASK
+    shards = task.record_shards(config, directory=str(tmp_path / "shards"))
+    state, setup = task.prepare(config, shards=shards,
+                                fingerprint=sources.fingerprint([news, web]))
+    assert [p.num_shards for p in shards.parts] == [7, 4] and setup.passes == 3
+    assert shards.sizes == [600, 300] and shards.block == 120  # >= 900 // 8: 12 periods of 10
+    full, steps, counter = run_trainer(config, state, shards, tmp_path / "full")
+    ids = [i for step in steps for i in step]
+    of_news = [i for i in ids if i < 10_000]
+    of_web = [i for i in ids if i >= 10_000]
+    # An epoch: 8 blocks of 84 + 36 records; every example of news once (and 72 again).
+    assert (len(of_news), len(of_web)) == (672, 288)
+    twice = collections.Counter(collections.Counter(of_news).values())
+    assert sorted(set(of_news)) == list(range(600)) and twice == {1: 528, 2: 72}
+    assert len(set(of_web)) == 288
+    by_source = counter.by_source()
+    assert by_source["s0"]["seen"]["examples"] == 672
+    assert by_source["s1"]["seen"]["examples"] == 288
+    assert by_source["s0"]["seen"]["lines_read"] == 672
+    cut = full.steps_done // 2 + 1
+    part, cut_steps, _ = run_trainer(config, state, shards, tmp_path / "cut", max_steps=cut)
+    assert part.interrupted
+    assert data_state_bytes(checkpoints_newest_first(str(tmp_path / "cut" / "ckpt"))[0]) < 1024
+    rest, cut_steps, rest_counter = run_trainer(config, state, shards, tmp_path / "cut",
+                                                steps=cut_steps)
+    assert cut_steps == steps  # the same batches in the same order
+    assert rest_counter.by_source() == by_source
+
+
+def elastic_child(out_path, news, web, model_dir, replicas, max_steps):
+    import tfseq
+
+    strategy = tfseq.mirrored_strategy(replicas)
+    from tfseq.pipelines import classify, runs
+    from tfseq.training import ReplicaTrainer
+
+    task = classify.TASK
+    config = config_of(news, web, max_tokens=192 // replicas)
+    model_config = task.model_config(embedding_dim=4, hidden_dim=4)
+    opened = runs.open_run(model_dir, task, config, model_config=model_config,
+                           replicas=replicas)
+    counter = tfseq.DropCounter("train")
+    stream = task.training_stream(config, opened.state, counter, opened.shards,
+                                  replicas=replicas, parts=True)
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = task.build_model(config, opened.state, model_config)
+    steps = []
+    trainer = ReplicaTrainer(model, strategy, stream, model_dir=model_dir, checkpoint_every=2,
+                             on_batch=lambda parts: steps.append(
+                                 sorted(example_ids(parts, opened.state.vocab.tokens))))
+    trainer.restore()
+    result = trainer.fit(1, verbose=0, max_steps=max_steps)
+    with open(out_path, "w") as f:
+        json.dump({"steps": steps, "interrupted": result.interrupted,
+                   "by_source": counter.by_source()}, f)
+
+
+@pytest.mark.slow
+def test_a_mixture_resumes_on_four_replicas_after_two(tmp_path):
+    news = write_source(tmp_path / "news.tsv", 0, 400)
+    web = write_source(tmp_path / "web.tsv", 10_000, 200)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+    def run(name, replicas, max_steps=0):
+        out = tmp_path / f"{name}-{replicas}.json"
+        subprocess.run([sys.executable, os.path.abspath(__file__), "elastic", str(out), news,
+                        web, str(tmp_path / name), str(replicas), str(max_steps)],
+                       env=env, check=True, timeout=600, stdout=subprocess.DEVNULL)
+        return json.loads(out.read_text())
+
+    full = run("full", 2)
+    cut, rest = run("cut", 2, max_steps=3), run("cut", 4)
+    assert cut["interrupted"] and not rest["interrupted"]
+    assert cut["steps"] + rest["steps"] == full["steps"]
+    assert rest["by_source"] == full["by_source"]
+
+
+# ----------------------------------------------------------------------------- the binary
+
+def train(*args, env=None):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+    return subprocess.run([sys.executable, "-m", "tfseq.scripts.train", *args],
+                          capture_output=True, text=True, timeout=600, env=env)
+
+
+@pytest.mark.slow
+def test_the_binary_trains_weighted_files_reports_the_shares_and_resumes_after_sigterm(
+        tmp_path):
+    news = write_source(tmp_path / "news.tsv", 0, 1200)
+    web = write_source(tmp_path / "web.tsv", 10_000, 1200)
+    flags = [f"--train_files={news}@0.8,{web}@0.2", "--columns=label,text", "--epochs=1",
+             "--max_tokens=32", "--max_length=12", "--eval_percent=0", "--verbose=0",
+             "--export=false", "--checkpoint_every=50"]
+    out = train(*flags, f"--model_dir={tmp_path / 'full'}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "full" / "report.json").read_text())
+    assert report["steps"] >= 300
+    rows = {row["source"]: row for row in report["sources"]}
+    assert abs(rows[news]["share"] - 0.8) <= 0.01 and abs(rows[web]["share"] - 0.2) <= 0.01
+    assert rows[news]["weight"] == 0.8 and rows[news]["files"] == [news]
+    assert rows[news]["records"] == 1200 and rows[news]["source_epochs"] > 1.5
+    assert "share 0.80" in out.stdout
+    cut = train(*flags, f"--model_dir={tmp_path / 'cut'}",
+                env={"TFSEQ_FAULT": "after_step:120:TERM"})
+    assert cut.returncode == 128 + signal.SIGTERM
+    rest = train(*flags, f"--model_dir={tmp_path / 'cut'}")
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    resumed = json.loads((tmp_path / "cut" / "report.json").read_text())
+    assert resumed["sources"] == report["sources"]
+    assert resumed["steps"] == report["steps"]
+
+
+def test_weights_and_temperature_flags_are_checked(tmp_path):
+    news = write_source(tmp_path / "news.tsv", 0, 20)
+    web = write_source(tmp_path / "web.jsonl", 100, 20)
+    common = ["--columns=label,text", f"--model_dir={tmp_path / 'run'}"]
+    out = train(f"--train_files={news}@0.7,{web}", *common)
+    assert out.returncode == 2 and "give every entry a weight" in out.stderr
+    out = train(f"--train_files={news}@0.7,{web}@x", *common)
+    assert out.returncode == 2 and "must be a weight" in out.stderr
+    out = train(f"--train_files={news}@0.7,{web}@0.3", "--mix_temperature=2", *common)
+    assert out.returncode == 2 and "give one" in out.stderr
+    out = train(f"--train_files={news}@0.7,{web}@0.3", *common)
+    assert out.returncode == 2 and "must share one format" in out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "run").exists()
+
+
+if __name__ == "__main__":
+    from tfseq._common import traced_as_written
+
+    if sys.argv[1] == "elastic":
+        with traced_as_written():
+            elastic_child(*sys.argv[2:6], int(sys.argv[6]), int(sys.argv[7]) or None)
