@@ -50,8 +50,9 @@ def make_parser(fmt: formats.RowFormat, field: str):
     from tfseq.filtering import line_checks
 
     def parse(lines):
-        checks = line_checks(lines, None)
         row, ok = formats.parse(lines, fmt)
+        # TFRecord records are binary: their text column is what must be clean text.
+        checks = line_checks(row[field] if fmt.format == "tfrecord" else lines, None)
         reason = tf.where(ok, 0, REASONS.index("malformed"))
         for name in ("nul_byte", "invalid_utf8"):  # the first failing check wins
             reason = tf.where(checks[name], REASONS.index(name), reason)
@@ -72,9 +73,9 @@ def input_format(info: dict, files, fmt: str | None, columns,
     """
     field = info.get("input", "text")
     fmt = formats.infer_format([str(f) for f in files], fmt)
-    if fmt not in formats.LINE_FORMATS:
-        raise ValueError(f"--format={fmt}: predict reads one input per line, in one of "
-                         f"{formats.LINE_FORMATS}")
+    if fmt not in formats.RECORD_FORMATS:
+        raise ValueError(f"--format={fmt}: predict reads one input per line or record, in one "
+                         f"of {formats.RECORD_FORMATS}")
     same_format = info.get("format") in (None, fmt) and "columns" in info
     if header is None:
         header = bool(info.get("header")) if same_format else False
@@ -82,7 +83,12 @@ def input_format(info: dict, files, fmt: str | None, columns,
         return formats.RowFormat("text", ("text",), header)
     trained = info.get("columns") if same_format else None
     columns = tuple(columns or trained or (
-        [field] if fmt == "csv" else ["book", "chapter", "verse", field]))
+        [field] if fmt in ("csv", "jsonl", "tfrecord") else ["book", "chapter", "verse", field]))
+    if fmt in ("jsonl", "tfrecord"):  # fields by name: only the input is read
+        if field not in columns:
+            raise ValueError(f"--columns={','.join(columns)} has no {field!r} field; name the "
+                             f"input {fmt} field {field!r}")
+        return formats.RowFormat(fmt, (field,), False)
     if field not in columns:
         raise ValueError(f"--columns={','.join(columns)} has no {field!r} field; name the "
                          f"input column {field!r} (and `_` for the others)")

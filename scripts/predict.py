@@ -35,17 +35,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
-from tfseq.formats import LINE_FORMATS  # noqa: E402
+from tfseq.formats import RECORD_FORMATS  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "Model directory (uses its export/) or an export.",
                     required=True)
 flags.DEFINE_list("files", None, "Input files or globs (.gz allowed); - reads stdin.",
                   required=True)
-flags.DEFINE_enum("format", None, list(LINE_FORMATS), "Line format (default: tsv for "
-                  "*.tsv[.gz], csv for *.csv[.gz] (RFC 4180 on one line), else text: the whole "
-                  "line is the input).")
-flags.DEFINE_list("columns", None, "TSV/CSV field names in order; the input field is `text` "
+flags.DEFINE_enum("format", None, list(RECORD_FORMATS), "Input format (default from the "
+                  "extension: tsv, csv (RFC 4180 on one line), jsonl, tfrecord (tf.train.Example), "
+                  "else text: the whole line is the input).")
+flags.DEFINE_list("columns", None, "TSV/CSV field names in order (JSONL keys, TFRecord "
+                  "features: by name); the input field is `text` "
                   "(translate: `source`), `_` skips (default: the training run's, else the "
                   "embedded corpus layout book,chapter,verse,text).")
 flags.DEFINE_boolean("header", False, "Skip the first line of each file (no output for it; "

@@ -25,12 +25,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import flags  # noqa: E402
 
-from tfseq.formats import LINE_FORMATS  # noqa: E402
+from tfseq.formats import RECORD_FORMATS  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("files", [], "Text files or globs (default: the embedded English corpus).")
 flags.DEFINE_list("train_files", [], "Your files (as train.py): the 'text' column is profiled.")
-flags.DEFINE_enum("format", None, list(LINE_FORMATS),
+flags.DEFINE_enum("format", None, list(RECORD_FORMATS),
                   "With --train_files (default: from the extension).")
 flags.DEFINE_list("columns", [], "With --train_files: field names in order, one 'text'.")
 flags.DEFINE_boolean("header", False, "With --train_files: skip each file's first line.")

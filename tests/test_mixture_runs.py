@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import keras
-import numpy as np
 import pytest
 import tensorflow as tf
 

@@ -1,6 +1,5 @@
 """--format=tfrecord (tf.train.Example) and --format=jsonl: reading, parsing, counted drops."""
 
-import gzip
 import json
 import os
 import random
@@ -149,3 +148,88 @@ def test_binary_classify_trains_on_tfrecord_and_names_a_bad_record(tmp_path):
     assert out.returncode == 2
     assert f"{bad}: record 51: feature 'label' is a int64_list" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+# ----------------------------------------------------------------------------- JSON Lines
+
+def test_jsonl_rows_tricky_lines_and_four_kinds_of_bad_line_named(tmp_path):
+    lines = [
+        json.dumps({"text": "caf\u00e9 \"quoted\"\\path", "label": "a", "n": [1, {"x": 2}]}),
+        '{"meta": {"label": "no", "text": "no"}, "label": "b", "text": "\\ud83d\\ude00 ok"}',
+        '["not", "an", "object"]',                   # not an object
+        '{"label": "c"}',                              # lacks text
+        '{"label": 3, "text": "number label"}',        # non-string value
+        '{"label": "d", "text": "cut',                 # truncated
+        json.dumps({"label": "e", "text": "\u65e5\u672c\u8a9e"}, ensure_ascii=False),
+    ]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    fmt = formats.row_format([str(path)], None, ["label", "text"], False,
+                             required=("label", "text"), allowed=("label", "text"))
+    assert fmt.format == "jsonl"
+    counter = tfseq.DropCounter("j")
+    got = rows(formats.read_rows([str(path)], fmt, counter))
+    assert got == [{"label": "a", "text": 'caf\u00e9 "quoted"\\path'},
+                   {"label": "b", "text": "\U0001F600 ok"},
+                   {"label": "e", "text": "\u65e5\u672c\u8a9e"}]
+    assert counter.drops()["malformed"] == 4
+    assert formats.drop_examples([str(path)], fmt) == [
+        f"{path}:{n}: malformed" for n in (3, 4, 5, 6)]
+    texts = formats.text_column(str(path), format="jsonl", columns=["label", "text"])
+    assert [t.decode() for t in texts.as_numpy_iterator()] == [
+        'caf\u00e9 "quoted"\\path', "\U0001F600 ok", "\u65e5\u672c\u8a9e"]
+
+
+@pytest.mark.slow
+def test_classify_on_jsonl_matches_the_same_rows_as_tsv(tmp_path):
+    from tfseq.pipelines import classify
+
+    rng = random.Random(1)
+    labels = sorted(TOPICS)
+    data = [(labels[i % 3], sentence(rng, labels[i % 3])) for i in range(240)]
+    tsv = tmp_path / "train.tsv"
+    tsv.write_text("".join(f"{label}\t{text}\n" for label, text in data) + "broken line\n")
+    jsonl = tmp_path / "train.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": text, "label": label, "id": i}) + "\n"
+                             for i, (label, text) in enumerate(data)) + "broken line\n")
+    out = {}
+    for path in (tsv, jsonl):
+        config = classify.Config(train_files=(str(path),), columns=("label", "text"),
+                                 batching="pad", batch_size=16)
+        d = classify.TASK.datasets(config)
+        n_train = sum(int(labels_.shape[0]) for _, labels_, _ in d.train)
+        n_eval = sum(int(labels_.shape[0]) for _, labels_, _ in d.eval)
+        out[path.suffix] = (d.state.vocab.tokens, d.state.labels, n_train, n_eval,
+                            d.counters["train"].drops(), d.counters["train"].seen())
+    assert out[".tsv"] == out[".jsonl"]
+    assert out[".tsv"][4]["malformed"] == 1
+
+
+@pytest.mark.slow
+def test_predict_reads_jsonl_and_tfrecord_inputs_in_order(tmp_path):
+    rng = random.Random(2)
+    labels = sorted(TOPICS)
+    data = [(labels[i % 3], sentence(rng, labels[i % 3])) for i in range(300)]
+    train_file = tmp_path / "train.jsonl"
+    train_file.write_text("".join(json.dumps({"label": l, "text": t}) + "\n" for l, t in data))
+    run = tmp_path / "run"
+    out = train("--task=classify", f"--train_files={train_file}", "--columns=label,text",
+                "--batching=pad", "--batch_size=16", "--epochs=3", f"--model_dir={run}",
+                "--verbose=0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    queries = [("food", "bread soup cheese"), ("tech", "laptop code robot"),
+               ("sports", "goal match coach")]
+    jsonl = tmp_path / "q.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": t}) + "\n" for _, t in queries)
+                     + '{"no_text": 1}\n')
+    records = write_records(tmp_path / "q.tfrecord",
+                            [example(text=t) for _, t in queries] + [example(other="x")])
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    for path in (str(jsonl), records):
+        got = subprocess.run([sys.executable, "-m", "tfseq.scripts.predict", f"--model_dir={run}",
+                              f"--files={path}", "--output=-"], capture_output=True, text=True,
+                             env=env, timeout=300)
+        assert got.returncode == 0, got.stderr[-3000:]
+        predicted = [line.split("\t")[0] for line in got.stdout.splitlines()]
+        assert predicted == ["food", "tech", "sports", ""], path
+        assert f"{path}:4 (output line 4): malformed" in got.stderr

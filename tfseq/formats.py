@@ -1,4 +1,5 @@
-"""Rows with named columns from user files: TSV, CSV (RFC 4180), plain text and CoNLL, in graph.
+"""Rows with named columns from user files: TSV, CSV (RFC 4180), plain text, CoNLL, JSON Lines
+and TFRecord of ``tf.train.Example``, in graph.
 
 Shapes: n = records in a batch.
 
@@ -13,6 +14,17 @@ and counts every record it drops (``tfseq.DropCounter``)::
     EU    B-ORG              --format=conll --columns=token,tag  ->  {"token": "EU rejects",
     rejects  O                 (one token per line, a blank          "tag": "B-ORG O"}
     <blank line>               line ends a sentence)
+    {"text": "a \\u00e9", "label": "x"}   --format=jsonl --columns=label,text  (keys by name)
+    Example{text: bytes, label: int64}  --format=tfrecord --columns=label,text (features)
+
+JSON Lines (``tfseq.jsonl``): each line one JSON object; the named keys' string values decoded
+as ``json.loads`` does (escapes, surrogate pairs; a JSON array of strings is joined by spaces),
+keys in any order, other keys ignored. A line that is not an object, lacks a named key or has
+a non-string value for it is ``malformed``. TFRecord: ``tf.train.Example`` records (``.gz``:
+GZIP), each named feature a ``bytes_list`` or an ``int64_list`` (its kind read from the first
+records at setup; several values joined by spaces); a record without a named feature is
+``malformed``. The held-out hash of a JSON line or an Example is that of its named columns
+joined by tabs, so the same rows split alike in every format.
 
 A column named ``_`` is read and discarded. CSV follows RFC 4180 on one line: quoted fields may
 hold commas and doubled quotes (``""``); a line with a stray quote or the wrong field count is
@@ -40,14 +52,15 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from tfseq._common import mark_last
+from tfseq._common import lazy_cond, mark_last
 from tfseq.errors import InputError  # also tfseq.formats.InputError, as before
 from tfseq.filtering import valid_utf8
 from tfseq.reading import resolve_files, text_lines, verify_gzip
 from tfseq.stats import DropCounter
 
 LINE_FORMATS = ("tsv", "csv", "text", "jsonl")  # one record per line
-FORMATS = LINE_FORMATS + ("conll", "tfrecord")
+RECORD_FORMATS = LINE_FORMATS + ("tfrecord",)  # one example per line or record
+FORMATS = RECORD_FORMATS + ("conll",)
 PAIR = "pair"  # records of two line-aligned files (``read_aligned``); not a --format
 TEXT_COLUMNS = ("text", "source", "target", "tokens", "token")
 READ_BATCH = 1024  # records per batch on the vectorized path (512: ~6-15% less throughput)
@@ -407,12 +420,24 @@ def _parse_examples(records: tf.Tensor, fmt: RowFormat) -> tuple[dict, tf.Tensor
                 for name in fmt.names}
     parsed = tf.io.parse_example(records, features)
     row, ok = {}, tf.ones_like(records, tf.bool)
+    n = tf.shape(records, out_type=tf.int64)[0]
     for name in fmt.names:
-        values = tf.RaggedTensor.from_sparse(parsed[name])
+        sparse = parsed[name]
+        values = sparse.values
         if name in fmt.int_columns:
             values = tf.strings.as_string(values)
-        ok &= values.row_lengths() > 0
-        row[name] = tf.strings.reduce_join(values, axis=1, separator=" ")
+        counts = tf.math.bincount(tf.cast(sparse.indices[:, 0], tf.int32),
+                                  minlength=tf.cast(n, tf.int32), dtype=tf.int64)
+        ok &= counts > 0
+
+        def joined(values=values, counts=counts):
+            return tf.strings.reduce_join(
+                tf.RaggedTensor.from_row_lengths(values, counts, validate=False),
+                axis=1, separator=" ")
+
+        # One value per record (the usual case): the values are the column, no join.
+        row[name] = lazy_cond(tf.reduce_all(tf.equal(counts, 1)), lambda values=values: values,
+                              joined)
     return row, ok
 
 
@@ -454,9 +479,15 @@ def parse_rows(records: tf.Tensor, fmt: RowFormat, counter: DropCounter, *,
     row, ok = parse(records, fmt)
     checks = {}
     if split is not None:
-        # A line pair's key is "source<TAB>target", as a TSV line of the pair would be.
-        keys = records if fmt.format != PAIR else tf.strings.regex_replace(
-            records, _FIELD_SEPARATOR, "\t")
+        # A line pair's key is "source<TAB>target", as a TSV line of the pair would be; a
+        # JSON line's or an Example's, its named columns joined by tabs: the same rows split
+        # alike whatever the format.
+        keys = records
+        if fmt.format == PAIR:
+            keys = tf.strings.regex_replace(records, _FIELD_SEPARATOR, "\t")
+        elif fmt.format in ("jsonl", "tfrecord"):
+            keys = tf.strings.reduce_join(tf.stack([row[n] for n in fmt.names], axis=1),
+                                          axis=1, separator="\t")
         checks["other_split"] = tf.not_equal(in_eval_split(keys, eval_percent),
                                              split == "eval")
     checks.update(drop_checks(records, row, ok, fmt))

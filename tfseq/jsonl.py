@@ -92,6 +92,15 @@ _LITERAL_RE = (r"(?:-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
                rf"|true|false|null|NaN|-?Infinity){_SPACE_RE}*")
 _ESCAPE_RE = r"\\(?:u[0-9a-fA-F]{4}|.)"  # one escape inside an already validated string
 
+# A flat object: '{', "key": value pairs whose values are strings, numbers or the literals
+# (no object or array), '}', whitespace where JSON allows it. json.loads accepts exactly these
+# lines among those of this shape, and so does the full path, with the same literals.
+_NUMBER_RE = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
+_FLAT_VALUE_RE = f"(?:{_STRING_RE}|{_NUMBER_RE}|true|false|null|NaN|-?Infinity)"
+_FLAT_PAIR_RE = f"{_STRING_RE}{_SPACE_RE}*:{_SPACE_RE}*{_FLAT_VALUE_RE}{_SPACE_RE}*"
+_FLAT_RE = (f"{_SPACE_RE}*\\{{{_SPACE_RE}*(?:{_FLAT_PAIR_RE}(?:,{_SPACE_RE}*{_FLAT_PAIR_RE})*)?"
+            f"\\}}{_SPACE_RE}*")
+
 # First byte of a token -> its kind (strings and literals are refined afterwards). An empty
 # token (byte 0, as decode_raw pads it) comes from a raw NUL.
 _FIRST_BYTE_KIND = [_LITERAL] * 256
@@ -160,13 +169,93 @@ def decode_fields(lines: tf.Tensor, keys: Sequence[str], *,
     (see the module docstring for the exact rules). Works eagerly, in ``tf.function`` and in
     ``tf.data`` maps, for any ``n`` including 0.
     """
+    lines, keys, array_keys = _arguments(lines, keys, array_keys)
+    is_flat = tf.strings.regex_full_match(lines, _FLAT_RE)
+    index = tf.range(tf.size(lines))
+    flat_index, other_index = index[is_flat], index[~is_flat]
+    flat_values, flat_ok = _decode_flat(lines[is_flat], keys)
+    other = lines[~is_flat]
+
+    def full_path():
+        fields, ok = _decode_full(other, keys, array_keys)
+        return [fields[key] for key in keys], ok
+
+    def nothing():
+        return [tf.zeros([0], tf.string) for _ in keys], tf.zeros([0], tf.bool)
+
+    # The full path only on the lines that are not flat, and not at all when there are none.
+    other_values, other_ok = tf.cond(tf.size(other) > 0, full_path, nothing)
+
+    def stitch(flat: tf.Tensor, rest: tf.Tensor) -> tf.Tensor:
+        return tf.dynamic_stitch([flat_index, other_index], [flat, rest])
+
+    fields = {key: stitch(flat_values[k], other_values[k]) for k, key in enumerate(keys)}
+    return fields, stitch(flat_ok, other_ok)
+
+
+def _decode_full_path(lines: tf.Tensor, keys: Sequence[str], *, array_keys: Sequence[str] = ()
+                      ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+    """``decode_fields`` with every line on the full path (for tests: both paths agree)."""
+    return _decode_full(*_arguments(lines, keys, array_keys))
+
+
+def _arguments(lines, keys, array_keys) -> tuple[tf.Tensor, tuple[str, ...], set[str]]:
     keys = tuple(dict.fromkeys(keys))
     extra = set(array_keys) - set(keys)
     if extra:
         raise ValueError(f"array_keys {sorted(extra)} are not in keys {list(keys)}")
-    lines = tf.ensure_shape(tf.convert_to_tensor(lines, tf.string), [None])
-    tok = _analyse(_lex(lines))
-    return _extract(tok, keys, set(array_keys))
+    return tf.ensure_shape(tf.convert_to_tensor(lines, tf.string), [None]), keys, set(array_keys)
+
+
+def _decode_full(lines: tf.Tensor, keys: Sequence[str], array_keys: set[str]
+                 ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+    """The full path (steps 1-5 of the module docstring): any line."""
+    return _extract(_analyse(_lex(lines)), keys, array_keys)
+
+
+# --- the fast path for flat objects -----------------------------------------------------------
+
+def _key_spellings(key: str) -> list[str]:
+    """The raw spellings of ``key`` that match (``json.dumps``, either ``ensure_ascii``)."""
+    return list(dict.fromkeys([json.dumps(key, ensure_ascii=False), json.dumps(key)]))
+
+
+def _re_literal(text: str) -> str:
+    """An RE2 pattern matching exactly ``text`` (ASCII punctuation as ``\\x{..}``)."""
+    return "".join(char if char.isalnum() or ord(char) > 127 else f"\\x{{{ord(char):02x}}}"
+                   for char in text)
+
+
+def _key_prefix_re(key: str) -> str:
+    """From the start of a flat line through the last ``"key":`` at its top level (and the
+    whitespace after it): the pairs before it are consumed whole, so a key's text inside a
+    string literal is never taken for a key, and the greedy ``*`` makes the last one win."""
+    spellings = "|".join(_re_literal(text) for text in _key_spellings(key))
+    return (f"^{_SPACE_RE}*\\{{{_SPACE_RE}*(?:{_FLAT_PAIR_RE},{_SPACE_RE}*)*"
+            f"(?:{spellings}){_SPACE_RE}*:{_SPACE_RE}*")
+
+
+def _decode_flat(lines: tf.Tensor, keys: Sequence[str]) -> tuple[list[tf.Tensor], tf.Tensor]:
+    """The fast path, for lines that match ``_FLAT_RE`` only: ([tf.string [n] per key], ok
+    bool [n]), as ``_decode_full`` gives them."""
+    ok = tf.fill(tf.shape(lines), True)
+    if not keys:
+        return [], ok
+    contents = []
+    for key in keys:
+        # The line from the value of the key's last occurrence on (the line if there is none).
+        rest = tf.strings.regex_replace(lines, _key_prefix_re(key), "", replace_global=False)
+        after = tf.strings.regex_replace(rest, f"^{_STRING_RE}", "", replace_global=False)
+        # > 0 iff the value is a string (a flat line starts with '{' or whitespace).
+        literal_length = tf.strings.length(rest) - tf.strings.length(after)
+        ok &= literal_length > 0
+        contents.append(tf.strings.substr(rest, tf.ones_like(literal_length),
+                                          tf.maximum(literal_length - 2, 0)))
+    decoded, decoded_ok = _unescape_contents(tf.concat(contents, axis=0))
+    ok &= tf.reduce_all(tf.reshape(decoded_ok, tf.stack([len(keys), tf.size(lines)])), axis=0)
+    columns = tf.unstack(tf.reshape(decoded, tf.stack([len(keys), tf.size(lines)])),
+                         num=len(keys))
+    return [tf.where(ok, column, "") for column in columns], ok
 
 
 # --- lexing and structure ---------------------------------------------------------------------
@@ -389,8 +478,12 @@ def _unescape(raw: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     allowed) -> (their decoded UTF-8 tf.string [m], ok bool [m]: False where a surrogate
     escape is unpaired)."""
     raw = tf.strings.strip(raw)
-    inner = tf.strings.substr(raw, tf.ones_like(tf.strings.length(raw)),
-                              tf.strings.length(raw) - 2)
+    return _unescape_contents(tf.strings.substr(raw, tf.ones_like(tf.strings.length(raw)),
+                                                tf.strings.length(raw) - 2))
+
+
+def _unescape_contents(inner: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """``_unescape`` of the contents of string literals (between the quotes)."""
     # Cutting at backslashes (memchr) finds the few strings with escapes faster than a regex.
     escaped = tf.where(tf.strings.split(inner, "\\").row_lengths() > 1)
     decoded, ok = _unescape_escaped(tf.gather_nd(inner, escaped))

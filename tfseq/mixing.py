@@ -201,7 +201,8 @@ def _cardinality(ds: tf.data.Dataset) -> int | None:
 
 
 def mix(datasets, weights=None, *, temperature: float | None = None, sizes=None,
-        seed: int | None = None, key: str = "source") -> tf.data.Dataset:
+        seed: int | None = None, key: str = "source", batched: bool | None = None
+        ) -> tf.data.Dataset:
     """An endless dataset of the sources' examples in an exact, deterministic mixture.
 
     Args:
@@ -214,6 +215,10 @@ def mix(datasets, weights=None, *, temperature: float | None = None, sizes=None,
       sizes: examples per source (default: each dataset's ``cardinality()`` where known).
       seed: breaks ties in the schedule (equal weights: the order within a round).
       key: the int32 feature added to each example, its source's index.
+      batched: whether each element is a batch of examples (every feature ``[n, ...]``, e.g.
+        the ``{column: tf.string [n]}`` rows of ``tfseq.formats.read_rows``); default: a
+        ragged batch of examples (``RaggedTensor [n, (T)]`` features) is, anything else not.
+        Batches give batches of ``L`` examples, and ``L`` example counts are exact per block.
 
     Returns:
       Examples (or ragged batches of ``L`` examples, as the sources are) with ``key``.
@@ -230,18 +235,19 @@ def mix(datasets, weights=None, *, temperature: float | None = None, sizes=None,
         known = [_cardinality(ds) for ds in sources]
         sizes = known if all(s is not None for s in known) else None
     mixture = Mixture.create(names, weights, temperature=temperature, sizes=sizes, seed=seed)
-    return mix_with(mixture, sources, key=key)
+    return mix_with(mixture, sources, key=key, batched=batched)
 
 
 def mix_with(mixture: Mixture, sources: Sequence[tf.data.Dataset], *,
-             key: str = "source") -> tf.data.Dataset:
+             key: str = "source", batched: bool | None = None) -> tf.data.Dataset:
     """``mix`` for a ``Mixture`` already built (the binaries keep it for the report)."""
     specs = [require_dict_spec(ds.element_spec, "tfseq.mix") for ds in sources]
     common = _common_spec(mixture.names, specs)
     if key in common:
         raise ValueError(f"mix: the examples already have a {key!r} feature; pass another "
                          f"key=, e.g. key='corpus'")
-    batched = is_ragged_batch(specs[0])
+    if batched is None:
+        batched = is_ragged_batch(specs[0])
     chunk, index = mixture.block()
     chunks = []
     for i, ds in enumerate(sources):
@@ -293,7 +299,7 @@ def _rechunk(batches: tf.data.Dataset, size: int) -> tf.data.Dataset:
 
     def split(head):
         """``[k * size, ...]`` -> ``[k, size, ...]``."""
-        return {k: tf.RaggedTensor.from_uniform_row_length(v, size)
+        return {k: tf.RaggedTensor.from_uniform_row_length(v, size, validate=False)
                 if isinstance(v, tf.RaggedTensor)
                 else tf.reshape(v, tf.concat([[-1, size], tf.shape(v)[1:]], 0))
                 for k, v in head.items()}
