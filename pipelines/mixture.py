@@ -115,24 +115,26 @@ def encode_fn(task, config, state, counter, shards: MixedRecords, token_keys=Non
     return mixed_encode(encodes, shards.chunk.tolist(), shards.names, counter, keys_fn=keys)
 
 
-def report_sources(task, config, shards: MixedRecords, counter, *, blocks: int) -> list[dict]:
+def report_sources(task, config, shards: MixedRecords, counter, *,
+                   epochs_before: int) -> list[dict]:
     """``report.json``'s ``sources``: per source its files, weight, the examples and tokens of
-    the current epoch's pools and their share, its drops, and the source epochs read in the
-    run's first ``blocks`` blocks."""
+    the epoch ``counter`` holds (its pools begun) and their share, its drops, and the source
+    epochs read: ``epochs_before`` whole mixture epochs and the records of this one."""
     counts = counter.by_source()
     examples = {n: counts.get(n, {}).get("seen", {}).get("examples", 0) for n in shards.names}
     total = sum(examples.values()) or 1
-    read = shards.chunk * int(blocks)
     out = []
     for i, (glob, name) in enumerate(zip(config.train_files, shards.names)):
         seen = counts.get(name, {}).get("seen", {})
+        read = (int(shards.chunk[i]) * shards.blocks_per_epoch * int(epochs_before)
+                + seen.get("lines_read", 0))
         out.append({
             "source": glob, "files": list(task.source(source_configs(config)[i], "train").files),
             "weight": round(float(shards.mixture.weights[i]), 6),
             "records": int(shards.sizes[i]),
             "examples": int(examples[name]), "tokens": int(seen.get("tokens", 0)),
             "share": round(examples[name] / total, 4),
-            "source_epochs": round(int(read[i]) / max(1, shards.sizes[i]), 3),
+            "source_epochs": round(read / max(1, shards.sizes[i]), 3),
             "drops": dict(counts.get(name, {}).get("drops", {}))})
     return out
 

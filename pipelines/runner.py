@@ -285,10 +285,11 @@ class Runner:
         """``report.json``'s ``sources`` of a mixture (``[]`` for one source)."""
         if not mixture.is_mixture(config):
             return []
-        shards = stream.shards
-        blocks = (int(trainer.epoch.numpy()) * shards.blocks_per_epoch
-                  + int(stream.offset.numpy()) // shards.block)
-        return mixture.report_sources(task, config, shards, counters["train"], blocks=blocks)
+        # Whole epochs before the one the counters hold (they restart with each epoch).
+        epochs = int(trainer.epoch.numpy())
+        before = epochs - 1 if epochs and not int(trainer.step_in_epoch.numpy()) else epochs
+        return mixture.report_sources(task, config, stream.shards, counters["train"],
+                                      epochs_before=before)
 
     def _train_on_service(self, task, config, run, model, strategy, counters, stats,
                           local) -> TrainResult:
