@@ -139,6 +139,18 @@ def report_sources(task, config, shards: MixedRecords, counter, *,
     return out
 
 
+def shares_note(config, counter) -> str:
+    """``shares news.tsv 0.70, web.tsv 0.30``: each source's share of the epoch's examples so
+    far (the progress line's note)."""
+    counts = counter.by_source()
+    examples = [counts.get(n, {}).get("seen", {}).get("examples", 0) for n in names(config)]
+    total = sum(examples)
+    if not total:
+        return ""
+    return "shares " + ", ".join(f"{os.path.basename(g)} {n / total:.2f}"
+                                 for g, n in zip(config.train_files, examples))
+
+
 def format_sources(rows: list[dict]) -> list[str]:
     """The report's lines for the sources of a mixture."""
     lines = ["sources (weight -> share of this epoch's examples, source epochs read):"]

@@ -213,7 +213,9 @@ class Runner:
                        checkpoint_every=self.settings.checkpoint_every,
                        on_step=on_step,
                        on_batch=summaries.on_batch if chief else None,
-                       on_epoch_start=lambda epoch: counters["train"].reset(), stats=stats)
+                       on_epoch_start=lambda epoch: counters["train"].reset(), stats=stats,
+                       epoch_note=(lambda: mixture.shares_note(config, counters["train"]))
+                       if mixture.is_mixture(config) else None)
         trainer = (ReplicaTrainer(model, strategy, stream, **options) if strategy is not None
                    else Trainer(model, stream, **options))
         resumed = trainer.restore()

@@ -230,8 +230,9 @@ def test_the_binary_trains_weighted_files_reports_the_shares_and_resumes_after_s
     flags = [f"--train_files={news}@0.8,{web}@0.2", "--columns=label,text", "--epochs=1",
              "--max_tokens=32", "--max_length=12", "--eval_percent=0", "--verbose=0",
              "--export=false", "--checkpoint_every=50"]
-    out = train(*flags, f"--model_dir={tmp_path / 'full'}")
+    out = train(*flags, f"--model_dir={tmp_path / 'full'}", "--verbose=1")
     assert out.returncode == 0, out.stderr[-3000:]
+    assert "; shares news.tsv 0.80, web.tsv 0.20" in out.stderr  # the epoch's progress line
     report = json.loads((tmp_path / "full" / "report.json").read_text())
     assert report["steps"] >= 300
     rows = {row["source"]: row for row in report["sources"]}

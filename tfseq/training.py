@@ -120,7 +120,7 @@ class Trainer:
                  checkpoint_every: int = 0, trackables: Mapping[str, object] | None = None,
                  max_to_keep: int = 2, on_step: Callable | None = None,
                  on_batch: Callable | None = None, on_epoch_start: Callable | None = None,
-                 stats=None):
+                 stats=None, epoch_note: Callable[[], str] | None = None):
         from tfseq.resumable import ResumableStream
 
         self.model = model
@@ -148,6 +148,7 @@ class Trainer:
         self.on_step = on_step
         self.on_batch = on_batch
         self.on_epoch_start = on_epoch_start
+        self.epoch_note = epoch_note  # () -> text appended to each epoch's progress line
         self.stats = stats
         self._iterator = None
         self._manager = None
@@ -352,7 +353,9 @@ class Trainer:
                     start += time.perf_counter() - eval_start  # train_seconds excludes eval
                 history.append(record)
                 if verbose:
-                    _progress(_epoch_line(epoch + 1, epochs, steps, seconds, record))
+                    note = self.epoch_note() if self.epoch_note else ""
+                    _progress(_epoch_line(epoch + 1, epochs, steps, seconds, record)
+                              + (f"; {note}" if note else ""))
                 self.epoch.assign_add(1)
                 self.last_epoch_steps.assign(self.step_in_epoch)
                 self.step_in_epoch.assign(0)
