@@ -178,3 +178,23 @@ def test_translate_trains_on_packed_batches_and_reports_real_tokens(tmp_path):
     assert report["real_tokens"] == sum(2 * len(p) + 1 for p, out_ in zip(pairs, held_out)
                                         if not out_)
     assert 0.0 < report["eval"]["accuracy"] <= 1.0 and report["eval"]["loss"] > 0.0
+
+
+@pytest.mark.parametrize("how", ["module", "file"])
+def test_a_command_prints_no_tensorflow_start_up_lines(tmp_path, how):
+    # TensorFlow's C++ lines at import and device discovery (oneDNN, cuda drivers, cuInit,
+    # "All log messages before absl::InitializeLog()") are kept off: the error is all there is.
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TFSEQ_TF_LOGS", None)
+    command = (["-m", "tfseq.scripts.export"] if how == "module"
+               else [os.path.join(ROOT, "scripts", "export.py")])
+    out = subprocess.run([sys.executable, *command, f"--model_dir={tmp_path / 'none'}"],
+                         capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [
+        f"tfseq-export: error: No {tmp_path / 'none'}/run.json: export needs a directory "
+        "written by tfseq-train"]
+    shown = subprocess.run([sys.executable, *command, f"--model_dir={tmp_path / 'none'}"],
+                           capture_output=True, text=True, env={**env, "TFSEQ_TF_LOGS": "1"},
+                           timeout=120, cwd=tmp_path)
+    assert len(shown.stderr.splitlines()) > 1  # asked for: TensorFlow's lines are there

@@ -9,6 +9,10 @@ __version__ = "0.1.0"
 
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from tfseq._quiet import import_tensorflow as _import_tensorflow
+
+_import_tensorflow()  # a tfseq command: without TensorFlow's start-up lines
+
 
 # --- foundation: reading, vocab, tokenizing, filtering, padding, stats
 from tfseq.reading import text_lines
