@@ -254,18 +254,21 @@ def mix_with(mixture: Mixture, sources: Sequence[tf.data.Dataset], *,
         if mixture.shares[i] == 0:
             continue
         if batched:
-            ds = ds.map(lambda b, i=i: {**b, key: tf.fill([_rows(b)], tf.constant(i, tf.int32))})
-            chunks.append(_rechunk(ds.repeat(), int(chunk[i])))
+            # Each source chunked on its own thread (the zip pulls them one after another).
+            chunks.append(_rechunk(ds.repeat(), int(chunk[i])).prefetch(2))
         else:
-            ds = ds.map(lambda x, i=i: {**x, key: tf.constant(i, tf.int32)})
             ds = ds.repeat().ragged_batch(int(chunk[i]), drop_remainder=True)
             chunks.append(ds.map(lambda b: _as_ragged(b, common)))
+    # Each row's source is fixed by the schedule: one constant for every block.
+    source_of_row = tf.constant(np.repeat(np.arange(len(chunk), dtype=np.int32), chunk)[index])
     index = tf.constant(index)
 
     def merge(*parts):
         """The k chunks of a block -> its L examples in the schedule's order."""
-        return {name: tf.gather(tf.concat([p[name] for p in parts], 0), index)
-                for name in parts[0]}
+        merged = {name: tf.gather(tf.concat([p[name] for p in parts], 0), index)
+                  for name in parts[0]}
+        merged[key] = source_of_row
+        return merged
 
     blocks = tf.data.Dataset.zip(tuple(chunks)).map(
         merge, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
