@@ -85,15 +85,16 @@ class TextConfig:
         if self.train_weights and self.mix_temperature is not None:
             raise InputError("Give weights in --train_files (GLOB@WEIGHT) or --mix_temperature, "
                              "not both")
-        if self.train_weights and len(self.train_weights) != len(self.train_files):
-            raise InputError(f"{len(self.train_files)} training sources but "
+        entries = getattr(self, "source_files", ()) or self.train_files
+        if self.train_weights and len(self.train_weights) != len(entries):
+            raise InputError(f"{len(entries)} training sources but "
                              f"{len(self.train_weights)} weights: give each GLOB@WEIGHT")
         if any(not w > 0 for w in self.train_weights):
             raise InputError(f"Weights must be positive; received {list(self.train_weights)}")
         if self.mix_temperature is not None and not self.mix_temperature > 0:
             raise InputError(f"--mix_temperature must be positive; received "
                              f"{self.mix_temperature}")
-        if len(self.train_files) < 2:
+        if len(entries) < 2:
             raise InputError("A mixture needs at least two sources: --train_files="
                              "'a/*.tsv@0.7,b.tsv@0.3'")
 

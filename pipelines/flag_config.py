@@ -63,8 +63,8 @@ def build_config(task, flag_values):
             value = tuple(sorted({int(v) for v in value}))
             if flag_name == "block_length" and len(value) == 1:
                 value = value[0]
-        if flag_name == "train_files":  # GLOB@WEIGHT entries: a mixture of sources
-            value, weights = _split_weights(value)
+        if flag_name in ("train_files", "source_files"):  # GLOB@WEIGHT: a mixture
+            value, weights = _split_weights(value, f"--{flag_name}")
             if weights and "train_weights" not in fields:
                 raise app.UsageError(f"--task={flag_values.task} trains on one source: "
                                      "--train_files entries take no @WEIGHT")
@@ -91,12 +91,12 @@ def build_config(task, flag_values):
     return config
 
 
-def _split_weights(entries):
+def _split_weights(entries, flag):
     from tfseq.errors import InputError
     from tfseq.pipelines.mixture import split_weights
 
     try:
-        return split_weights(entries)
+        return split_weights(entries, flag)
     except InputError as e:
         raise app.UsageError(str(e)) from None
 

@@ -2,7 +2,8 @@
 
 ``--train_files='news/*.tsv@0.7,web/*.tsv.gz@0.3'`` (``train_weights``) or
 ``--train_files=a.tsv,b.tsv --mix_temperature=2`` (weights ``∝ records ** (1 / T)``) makes each
-entry a *source*. Its training records become their own ``RecordShards`` (spilled under
+entry a *source*; for translate, ``--source_files='a.en@0.7,b.en@0.3' --target_files=a.de,b.de``
+makes each file pair one. Its training records become their own ``RecordShards`` (spilled under
 ``data/shuffle/source-<i>/`` when large), visited epoch after epoch in their own shuffled order;
 ``tfseq.mixing.MixedRecords`` interleaves the sources' records exactly (every prefix of the
 stream within one record of each weight) and ``mixed_encode`` counts each source's drops,
@@ -34,7 +35,8 @@ def is_mixture(config) -> bool:
         getattr(config, "mix_temperature", None) is not None
 
 
-def split_weights(entries) -> tuple[tuple[str, ...], tuple[float, ...]]:
+def split_weights(entries, flag: str = "--train_files"
+                  ) -> tuple[tuple[str, ...], tuple[float, ...]]:
     """``("news/*.tsv@0.7", "web.tsv@0.3")`` -> the globs and their weights; entries without
     ``@WEIGHT`` give no weights (all of them, or an ``InputError`` naming the entry)."""
     globs, weights = [], []
@@ -46,25 +48,49 @@ def split_weights(entries) -> tuple[tuple[str, ...], tuple[float, ...]]:
         try:
             weights.append(float(weight))
         except ValueError:
-            raise InputError(f"--train_files entry {entry!r}: the text after '@' must be a "
+            raise InputError(f"{flag} entry {entry!r}: the text after '@' must be a "
                              "weight, e.g. news/*.tsv@0.7") from None
         globs.append(glob)
     if weights and len(weights) != len(globs):
         unweighted = [e for e in entries if "@" not in e]
-        raise InputError(f"--train_files: give every entry a weight (GLOB@WEIGHT) or none; "
+        raise InputError(f"{flag}: give every entry a weight (GLOB@WEIGHT) or none; "
                          f"{unweighted} has none")
     return tuple(globs), tuple(weights)
 
 
+def pairs(config) -> bool:
+    """Whether the sources are translate's line-aligned file pairs (``source_files`` entry
+    ``i`` with ``target_files`` entry ``i``) rather than ``train_files`` entries."""
+    return bool(getattr(config, "source_files", ()))
+
+
+def entries(config) -> tuple[str, ...]:
+    """The sources as given: ``train_files`` entries, or ``source_files`` ones for pairs."""
+    return tuple(config.source_files) if pairs(config) else tuple(config.train_files)
+
+
 def source_configs(config) -> list:
-    """One config per source: its glob as the only training files, no mixture."""
-    return [dataclasses.replace(config, train_files=(glob,), train_weights=(),
-                                mix_temperature=None) for glob in config.train_files]
+    """One config per source: its files as the only training files, no mixture.
+
+    Raises:
+      InputError: pairs whose ``target_files`` entries do not match ``source_files`` one to
+        one.
+    """
+    plain = dict(train_weights=(), mix_temperature=None)
+    if not pairs(config):
+        return [dataclasses.replace(config, train_files=(glob,), **plain)
+                for glob in config.train_files]
+    if len(config.target_files) != len(config.source_files):
+        raise InputError(f"A mixture of pairs: {len(config.source_files)} --source_files "
+                         f"entries but {len(config.target_files)} --target_files entries; "
+                         "give one target glob per weighted source glob")
+    return [dataclasses.replace(config, source_files=(s,), target_files=(t,), **plain)
+            for s, t in zip(config.source_files, config.target_files)]
 
 
 def names(config) -> list[str]:
     """The sources' keys in the counts: ``s0``, ``s1``, ..."""
-    return [f"s{i}" for i in range(len(config.train_files))]
+    return [f"s{i}" for i in range(len(entries(config)))]
 
 
 def check_sources(task, config) -> None:
@@ -73,6 +99,9 @@ def check_sources(task, config) -> None:
     Raises:
       InputError: a source without files, or sources of different formats (naming them).
     """
+    if pairs(config):  # plain text pairs; each pair is checked when its source is read
+        source_configs(config)
+        return
     kinds = {}
     for glob, sub in zip(config.train_files, source_configs(config)):
         files = formats.resolve(sub.train_files, f"--train_files source {glob!r}")
@@ -124,7 +153,7 @@ def report_sources(task, config, shards: MixedRecords, counter, *,
     examples = {n: counts.get(n, {}).get("seen", {}).get("examples", 0) for n in shards.names}
     total = sum(examples.values()) or 1
     out = []
-    for i, (glob, name) in enumerate(zip(config.train_files, shards.names)):
+    for i, (glob, name) in enumerate(zip(entries(config), shards.names)):
         seen = counts.get(name, {}).get("seen", {})
         read = (int(shards.chunk[i]) * shards.blocks_per_epoch * int(epochs_before)
                 + seen.get("lines_read", 0))
@@ -148,7 +177,7 @@ def shares_note(config, counter) -> str:
     if not total:
         return ""
     return "shares " + ", ".join(f"{os.path.basename(g)} {n / total:.2f}"
-                                 for g, n in zip(config.train_files, examples))
+                                 for g, n in zip(entries(config), examples))
 
 
 def format_sources(rows: list[dict]) -> list[str]:

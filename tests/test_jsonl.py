@@ -297,3 +297,203 @@ def test_empty_batch():
 def test_no_keys_checks_only_the_object():
     fields, ok = decode_fields(tf.constant(["{}", "[]", '{"a": 1}']), [])
     assert fields == {} and ok.numpy().tolist() == [True, False, True]
+
+
+# --- the fast path for flat objects, against the full path
+
+from tfseq import jsonl  # noqa: E402
+
+
+def decode_full(lines, keys=KEYS, array_keys=()):
+    """decode() with every line on the full path."""
+    fields, ok = jsonl._decode_full_path(tf.constant(lines), keys, array_keys=array_keys)
+    values = {key: fields[key].numpy().tolist() for key in keys}
+    return [{key: values[key][i].decode("utf-8") for key in keys} if line_ok else None
+            for i, line_ok in enumerate(ok.numpy().tolist())]
+
+
+def is_flat(lines) -> list[bool]:
+    return tf.strings.regex_full_match(tf.constant(lines), jsonl._FLAT_RE).numpy().tolist()
+
+
+def assert_paths_agree(lines, keys=KEYS, array_keys=()):
+    """Values and ok of decode_fields equal those of the full path, as raw bytes."""
+    lines = tf.constant(lines)
+    fast, fast_ok = decode_fields(lines, keys, array_keys=array_keys)
+    full, full_ok = jsonl._decode_full_path(lines, keys, array_keys=array_keys)
+    assert fast_ok.numpy().tolist() == full_ok.numpy().tolist()
+    for key in keys:
+        assert fast[key].numpy().tolist() == full[key].numpy().tolist(), key
+
+
+FLAT = [  # (line, label, text), or (line, None, None) for a line that is not ok
+    # a key's text inside another string is no key
+    ('{"a": "\\"text\\": \\"x\\"", "text": "y", "label": "l"}', "l", "y"),
+    ('{"label": "l", "a": "\\"text\\": \\"x\\""}', None, None),
+    ('{"label": "l", "a": "\\", \\"text\\": \\"evil", "text": "good"}', "l", "good"),
+    ('{"label": "l", "a": "text", "b": "\\"text\\"", "text": "t"}', "l", "t"),
+    ('{"label": "text", "text": "label"}', "text", "label"),
+    ('{"label": "l", "x": "\\"text\\":", "text": ":"}', "l", ":"),
+    ('{"label": "l", "text": " : "}', "l", " : "),
+    # duplicate keys: the last one wins, whatever its type
+    ('{"text": "a", "label": "l", "text": "b"}', "l", "b"),
+    ('{"text": 1, "label": "l", "text": "b"}', "l", "b"),
+    ('{"text": "a", "label": "l", "text": 1}', None, None),
+    ('{"text": "a", "text": null, "label": "l"}', None, None),
+    ('{"label": "1", "label": "2", "label": "3", "text": "t", "text": "u"}', "3", "u"),
+    # escaped quotes and backslashes before, in and around the keys
+    ('{"q": "say \\"hi\\"", "label": "l", "text": "t"}', "l", "t"),
+    ('{"q\\"": "x", "label\\"": "no", "label": "l", "text": "t"}', "l", "t"),
+    ('{"label": "\\"", "text": "\\"\\""}', '"', '""'),
+    ('{"label": "a\\\\", "text": "\\\\\\"b\\\\"}', "a\\", '\\"b\\'),
+    ('{"b": "\\\\", "label": "l", "text": "t\\\\"}', "l", "t\\"),
+    ('{"label": "l", "text\\\\": "no", "text": "t"}', "l", "t"),
+    ('{"x": "\\\\\\"", "label": "\\\\\\\\", "text": "\\u0022\\\\u0022"}', "\\\\", '"\\u0022'),
+    # other values for a requested key
+    ('{"label": "l", "text": 12}', None, None), ('{"label": "l", "text": -0.5e+3}', None, None),
+    ('{"label": "l", "text": true}', None, None), ('{"label": "l", "text": false}', None, None),
+    ('{"label": "l", "text": null}', None, None), ('{"label": "l", "text": NaN}', None, None),
+    ('{"label": "l", "text": -Infinity}', None, None),
+    ('{"label": "l", "text": "t", "n": -0, "m": 1.5E-7, "i": Infinity}', "l", "t"),
+    # missing keys
+    ('{"label": "l"}', None, None), ('{"label": "l", "Text": "t"}', None, None),
+    ('{"label": "l", "text ": "t"}', None, None),
+    ("{}", None, None), ("  {  }  ", None, None), ('{"": ""}', None, None),
+    # whitespace
+    ('\t{\n"label"\r\n:\t"l" ,"text" :"t"\n}\r', "l", "t"),
+    ('{"label":"l","text":"t"}', "l", "t"), ('  {"label" : "" , "text" : ""}  ', "", ""),
+    # escapes in the values
+    ('{"label": "caf\\u00e9", "text": "\\ud83d\\ude00 \\n\\t\\/"}', "café", "😀 \n\t/"),
+    ('{"label": "l", "text": "\\ud83d"}', None, None),
+    ('{"label": "l", "text": "t", "x": "\\ud83d"}', "l", "t"),
+    ('{"label": "\x7f", "text": "t"}', "\x7f", "t"),
+]
+
+
+@pytest.mark.parametrize("line,label,text", FLAT)
+def test_flat_lines(line, label, text):
+    expected = None if label is None else {"label": label, "text": text}
+    assert is_flat([line]) == [True]
+    assert reference(line) == expected  # the expectation is json's
+    assert decode([line]) == [expected]
+    assert decode_full([line]) == [expected]
+
+
+def test_flat_lines_in_one_batch():
+    lines = [line for line, _, _ in FLAT]
+    assert decode(lines) == [None if label is None else {"label": label, "text": text}
+                             for _, label, text in FLAT]
+    assert_paths_agree(lines)
+
+
+def test_flat_lines_match_keys_on_their_raw_spelling():
+    lines = ['{"label": "l", "\\u0074ext": "t"}', '{"label": "l", "text": "t", "\\u0074ext": 1}',
+             '{"\\u00e9": "a", "é": "b"}', '{"é": "a", "\\u00e9": "b"}']
+    assert all(is_flat(lines))
+    assert decode(lines[:2]) == [None, {"label": "l", "text": "t"}]
+    assert decode(lines[2:], keys=("é",)) == [{"é": "b"}, {"é": "b"}]
+    assert_paths_agree(lines)
+    assert_paths_agree(lines, ("é", "text"))
+
+
+def test_flat_shaped_lines_with_bad_strings_are_not_ok():
+    """Invalid UTF-8, raw control characters, bad escapes: the fast path declines them, and
+    the full path rejects them."""
+    lines = [b'{"label": "\xff", "text": "t"}', b'{"label": "l", "text": "\xc3"}',
+             b'{"label": "l", "text": "\xed\xa0\x80"}', b'{"label": "l", "text": "t", "\xff": 1}',
+             b'{"label": "l", "text": "a\tb"}', b'{"label": "l", "text": "a\x00b"}',
+             b'{"label": "l", "text": "a\x1fb"}', b'{"label": "l", "text": "a\nb"}',
+             b'{"label": "l", "text": "\\x"}', b'{"label": "l", "text": "\\u12"}',
+             b'{"label": "l", "text": "t\\"}', b'{"label": "l", "text": "t"', b'{"label": "l"',
+             b'{"label": "l", "text": "t",}', b'{"label": "l", "text": "t"} x',
+             b'{"label": "l", "text": 01}', b'{"label": "l", "text": "t", "n": 1.}',
+             b'{"label": "l", "text": "t", "n": +1}', b'{"label": "l", "text": "t", "n": -NaN}',
+             b'{"label": "l" "text": "t"}', b'{"label": "l", "text": "t"}\x0b']
+    assert not any(is_flat(lines))
+    assert decode_fields(tf.constant(lines), KEYS)[1].numpy().tolist() == [False] * len(lines)
+    assert_paths_agree(lines)
+
+
+def test_paths_agree_on_all_test_lines():
+    lines = ([t[0] for t in TRICKY] + BAD + [line for line, _, _ in FLAT]
+             + random_lines(seed=7, count=40))
+    rng = random.Random(3)
+    lines += [mutate(rng, line) for line in lines]
+    assert 0.2 < sum(is_flat(lines)) / len(lines) < 0.8
+    assert_paths_agree(lines)
+    assert_paths_agree(lines, ("label", "text", "tags"), array_keys=("tags",))
+    assert_paths_agree(lines, ("text",))
+    assert_paths_agree(lines, ())
+
+
+def test_mixed_batch_keeps_order():
+    flat = '{"label": "f%d", "text": "t\\"%d"}'
+    nested = '{"label": "n%d", "text": "u%d", "x": [1, {"text": "no"}]}'
+    lines = []
+    for i in range(12):
+        lines.append([flat, nested, '{"label": %d}', "[%d]"][i % 4].replace("%d", str(i)))
+    assert is_flat(lines) == [True, False, True, False] * 3
+    expected = [reference(line) for line in lines]
+    assert decode(lines) == expected
+    assert [row["label"] for row in expected if row] == ["f0", "n1", "f4", "n5", "f8", "n9"]
+    # all flat, none flat, and both unknown-size in a tf.function
+    fn = tf.function(lambda x: decode_fields(x, KEYS),
+                     input_signature=[tf.TensorSpec([None], tf.string)])
+    for subset in (lines[0::4], lines[1::2], lines[:0], lines):
+        fields, ok = fn(tf.constant(subset, tf.string))
+        assert ok.numpy().tolist() == [row is not None for row in expected[:0] + [
+            reference(line) for line in subset]]
+        assert fields["text"].numpy().tolist() == [
+            (reference(line) or {"text": ""})["text"].encode() for line in subset]
+
+
+def test_array_keys_with_flat_lines():
+    lines = ['{"tokens": "a b", "tags": "B-ORG"}', '{"tokens": "a", "tags": ["B", "O"]}',
+             '{"tokens": "a", "tags": 1}', '{"tags": "x"}']
+    assert is_flat(lines) == [True, False, True, True]
+    assert decode(lines, ("tokens", "tags"), array_keys=("tags",)) == [
+        {"tokens": "a b", "tags": "B-ORG"}, {"tokens": "a", "tags": "B O"}, None, None]
+    assert_paths_agree(lines, ("tokens", "tags"), array_keys=("tags",))
+
+
+_FLAT_CHARS = _CHARS + ['\\"', '"text": "', '", "label": "', "\\", '\\\\"']
+
+
+def random_flat_line(rng: random.Random) -> str:
+    """A flat object (strings with quotes, backslashes, key-like text; every kind of
+    scalar; duplicate keys) as json.dumps writes it, with random whitespace."""
+    pairs = []
+    for _ in range(rng.randrange(5)):
+        key = rng.choice(["label", "text", "x", 'te"xt', "te\\xt", "é", ""])
+        choice = rng.randrange(8)
+        if choice < 4:
+            value = "".join(rng.choice(_FLAT_CHARS) for _ in range(rng.randrange(8)))
+        elif choice == 4:
+            value = rng.choice([0, -1, 12345, 1.5, -2.5e-30, 1e300])
+        elif choice == 5:
+            value = rng.choice([None, True, False])
+        else:
+            value = rng.choice([float("nan"), float("inf"), float("-inf")])
+        pairs.append((key, value))
+    for key in ("label", "text", 'te"xt', "te\\xt", "é", ""):
+        if rng.random() < 0.9:
+            value = "".join(rng.choice(_FLAT_CHARS) for _ in range(rng.randrange(10)))
+            pairs.insert(rng.randrange(len(pairs) + 1), (key, value))
+    ensure_ascii = rng.random() < 0.5
+    space = lambda: rng.choice(["", "", " ", "\t", "\n ", "\r\n"])  # noqa: E731
+    body = ("," + space()).join(
+        f"{json.dumps(k, ensure_ascii=ensure_ascii)}{space()}:{space()}"
+        f"{json.dumps(v, ensure_ascii=ensure_ascii)}{space()}" for k, v in pairs)
+    return space() + "{" + space() + body + "}" + space()
+
+
+def test_fast_path_matches_json_loads_on_random_flat_lines():
+    rng = random.Random(2024)
+    lines = [random_flat_line(rng) for _ in range(300)]
+    lines += [mutate(rng, line) for line in lines]
+    assert sum(is_flat(lines)) > 330
+    for keys in (KEYS, ('te"xt', "te\\xt", "é", "")):
+        expected = [reference(line, keys) for line in lines]
+        assert 0.1 < sum(row is not None for row in expected) / len(lines) < 0.7
+        assert decode(lines, keys) == expected
+        assert_paths_agree(lines, keys)

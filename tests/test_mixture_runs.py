@@ -271,3 +271,25 @@ if __name__ == "__main__":
     if sys.argv[1] == "elastic":
         with traced_as_written():
             elastic_child(*sys.argv[2:6], int(sys.argv[6]), int(sys.argv[7]) or None)
+
+
+@pytest.mark.slow
+def test_translate_mixes_weighted_file_pairs(tmp_path):
+    def pair(name, n, word):
+        src, tgt = tmp_path / f"{name}.en", tmp_path / f"{name}.de"
+        src.write_text("".join(f"{word} {i} the thing\n" for i in range(n)))
+        tgt.write_text("".join(f"{word.upper()} {i} das ding\n" for i in range(n)))
+        return str(src), str(tgt)
+
+    (a_en, a_de), (b_en, b_de) = pair("a", 400, "alpha"), pair("b", 400, "beta")
+    out = train("--task=translate", f"--source_files={a_en}@3,{b_en}@1", "--eval_percent=0",
+                f"--target_files={a_de},{b_de}", "--epochs=1", "--verbose=0", "--export=false",
+                f"--model_dir={tmp_path / 'run'}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads((tmp_path / "run" / "report.json").read_text())["sources"]
+    assert [r["source"] for r in rows] == [a_en, b_en]
+    assert [r["files"] for r in rows] == [[a_en, a_de], [b_en, b_de]]
+    assert abs(rows[0]["share"] - 0.75) <= 0.01 and abs(rows[1]["share"] - 0.25) <= 0.01
+    out = train("--task=translate", f"--source_files={a_en}@3,{b_en}@1", f"--target_files={a_de}",
+                f"--model_dir={tmp_path / 'bad'}")
+    assert out.returncode == 2 and "but --target_files 1" in out.stderr
