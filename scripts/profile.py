@@ -29,10 +29,12 @@ from tfseq.formats import RECORD_FORMATS  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("files", [], "Text files or globs (default: the embedded English corpus).")
-flags.DEFINE_list("train_files", [], "Your files (as train.py): the 'text' column is profiled.")
+flags.DEFINE_list("train_files", [], "Your files (as tfseq-train): their text column is "
+                  "profiled ('text', or the first of source, target, tokens, token).")
 flags.DEFINE_enum("format", None, list(RECORD_FORMATS),
                   "With --train_files (default: from the extension).")
-flags.DEFINE_list("columns", [], "With --train_files: field names in order, one 'text'.")
+flags.DEFINE_list("columns", [], "With --train_files: field names in order (e.g. label,text; "
+                  "token,_,tag for CoNLL).")
 flags.DEFINE_boolean("header", False, "With --train_files: skip each file's first line.")
 flags.DEFINE_integer("field", 3, "0-based TSV field with the text; -1: the whole line.")
 flags.DEFINE_enum("batching", "bucket", ["pad", "bucket", "pack"], "Batching stage.")
@@ -96,7 +98,7 @@ def stages(files, vocab, counter):
 
             fmt = user_format(files)
             ds = formats.read_rows(files, fmt, counter, batch_size=FLAGS.read_batch or 1024)
-            ds = ds.map(lambda row: row["text"])
+            ds = ds.map(lambda row: row[text_column()])
             if FLAGS.max_lines:
                 ds = ds.unbatch().take(FLAGS.max_lines).batch(FLAGS.read_batch or 1024)
             return ds if batched else ds.unbatch()
@@ -169,13 +171,21 @@ def run_pass(ds):
     return time.perf_counter() - start, int(examples), int(tokens), int(elements)
 
 
+def text_column() -> str:
+    """The column profiled: the first text column of ``--columns`` (``text``, ``source``,
+    ``target``, ``tokens``, ``token``: a CoNLL file's space-joined tokens), else ``text``."""
+    from tfseq.formats import TEXT_COLUMNS
+
+    return next((c for c in FLAGS.columns if c in TEXT_COLUMNS), "text")
+
+
 def user_format(files):
-    """The ``RowFormat`` of ``--train_files`` (any column names; one must be ``text``)."""
+    """The ``RowFormat`` of ``--train_files`` (any column names; one a text column)."""
     from tfseq import formats
 
     names = tuple(c for c in FLAGS.columns if c != "_") or ("text",)
     return formats.row_format(files, FLAGS.format, FLAGS.columns or None, FLAGS.header,
-                              required=("text",), allowed=names)
+                              required=(text_column(),), allowed=names)
 
 
 def main(argv):
@@ -189,7 +199,7 @@ def main(argv):
 
         files = formats.resolve(FLAGS.train_files)
         texts = formats.read_rows(files, user_format(files), tfseq.DropCounter("vocab")).map(
-            lambda row: row["text"])
+            lambda row: row[text_column()])
     else:
         files = tfseq.reading.resolve_files(FLAGS.files or [tfseq.corpus_path()])
         texts = tfseq.text_lines(files)

@@ -85,3 +85,15 @@ def test_bench_sources_reads_the_same_rows_in_every_format(tmp_path):
     one, mixed = report["bucket, one source"], report["bucket, mix of 3"]
     assert mixed["count"] >= one["count"] > 1_000_000
     assert all(report[k]["rate"] > 0 for k in report if k != "file_bytes")
+
+
+@pytest.mark.slow
+def test_profile_reads_a_conll_file_by_its_token_column(tmp_path):
+    conll = tmp_path / "x.conll"
+    conll.write_text("EU\tNNP\tB-ORG\nrejects\tVBZ\tO\n\nPeter\tNNP\tB-PER\nBlackburn\tNNP\t"
+                     "I-PER\nsaid\tVBD\tO\n\n")
+    run_script("profile.py", f"--train_files={conll}", "--columns=token,_,tag", "--repeats=1",
+               f"--json_out={tmp_path / 'p.json'}")
+    rows = json.loads((tmp_path / "p.json").read_text())["rows"]
+    assert {r["examples"] for r in rows} == {2}  # two sentences, their tokens the text
+    assert rows[-1]["real_tokens"] == 5
