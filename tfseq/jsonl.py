@@ -100,6 +100,9 @@ _FLAT_VALUE_RE = f"(?:{_STRING_RE}|{_NUMBER_RE}|true|false|null|NaN|-?Infinity)"
 _FLAT_PAIR_RE = f"{_STRING_RE}{_SPACE_RE}*:{_SPACE_RE}*{_FLAT_VALUE_RE}{_SPACE_RE}*"
 _FLAT_RE = (f"{_SPACE_RE}*\\{{{_SPACE_RE}*(?:{_FLAT_PAIR_RE}(?:,{_SPACE_RE}*{_FLAT_PAIR_RE})*)?"
             f"\\}}{_SPACE_RE}*")
+_PLAIN_STRING_RE = r'"[\x{20}-\x{21}\x{23}-\x{5B}\x{5D}-\x{D7FF}\x{E000}-\x{10FFFF}]*"'
+_FLAT_PLAIN_RE = _FLAT_RE.replace(_STRING_RE, _PLAIN_STRING_RE)  # no backslash at all
+_ODD_BACKSLASHES_RE = r"(?s)(?:.*[^\\])?(?:\\\\)*\\"  # ends with an odd run of \\
 
 # First byte of a token -> its kind (strings and literals are refined afterwards). An empty
 # token (byte 0, as decode_raw pads it) comes from a raw NUL.
@@ -170,27 +173,27 @@ def decode_fields(lines: tf.Tensor, keys: Sequence[str], *,
     ``tf.data`` maps, for any ``n`` including 0.
     """
     lines, keys, array_keys = _arguments(lines, keys, array_keys)
-    is_flat = tf.strings.regex_full_match(lines, _FLAT_RE)
-    index = tf.range(tf.size(lines))
-    flat_index, other_index = index[is_flat], index[~is_flat]
-    flat_values, flat_ok = _decode_flat(lines[is_flat], keys)
-    other = lines[~is_flat]
+    # Flat lines without a backslash (most) are found by one regex, the others by a second.
+    is_plain = tf.strings.regex_full_match(lines, _FLAT_PLAIN_RE)
+    not_plain = tf.where(~is_plain)
+    is_flat = tf.tensor_scatter_nd_update(is_plain, not_plain, tf.strings.regex_full_match(
+        tf.gather_nd(lines, not_plain), _FLAT_RE))
+    values, update_index, updates, ok = _decode_flat(lines, is_flat, is_plain, keys)
+    # The full path only on the lines that are not flat, and not at all when there are none.
+    other = tf.where(~is_flat)
 
     def full_path():
-        fields, ok = _decode_full(other, keys, array_keys)
-        return [fields[key] for key in keys], ok
+        fields, other_ok = _decode_full(tf.gather_nd(lines, other), keys, array_keys)
+        return [fields[key] for key in keys], other_ok
 
     def nothing():
         return [tf.zeros([0], tf.string) for _ in keys], tf.zeros([0], tf.bool)
 
-    # The full path only on the lines that are not flat, and not at all when there are none.
     other_values, other_ok = tf.cond(tf.size(other) > 0, full_path, nothing)
-
-    def stitch(flat: tf.Tensor, rest: tf.Tensor) -> tf.Tensor:
-        return tf.dynamic_stitch([flat_index, other_index], [flat, rest])
-
-    fields = {key: stitch(flat_values[k], other_values[k]) for k, key in enumerate(keys)}
-    return fields, stitch(flat_ok, other_ok)
+    fields = {key: tf.tensor_scatter_nd_update(
+        values[k], tf.concat([update_index[k], other], axis=0),
+        tf.concat([updates[k], other_values[k]], axis=0)) for k, key in enumerate(keys)}
+    return fields, tf.tensor_scatter_nd_update(ok, other, other_ok)
 
 
 def _decode_full_path(lines: tf.Tensor, keys: Sequence[str], *, array_keys: Sequence[str] = ()
@@ -220,42 +223,100 @@ def _key_spellings(key: str) -> list[str]:
     return list(dict.fromkeys([json.dumps(key, ensure_ascii=False), json.dumps(key)]))
 
 
-def _re_literal(text: str) -> str:
-    """An RE2 pattern matching exactly ``text`` (ASCII punctuation as ``\\x{..}``)."""
-    return "".join(char if char.isalnum() or ord(char) > 127 else f"\\x{{{ord(char):02x}}}"
-                   for char in text)
+def _decode_flat(lines: tf.Tensor, is_flat: tf.Tensor, is_plain: tf.Tensor,
+                 keys: Sequence[str]) -> tuple[list[tf.Tensor], list[tf.Tensor],
+                                               list[tf.Tensor], tf.Tensor]:
+    """The fast path: ``decode_fields`` for the lines that match ``_FLAT_RE`` (``is_flat``;
+    ``is_plain``: they match ``_FLAT_PLAIN_RE``). Returns ([value tf.string [n] per key],
+    [update indices int64 [u, 1] per key], [update tf.string [u] per key], ok bool [n]): a
+    key's field is its value with the updates scattered in, for flat lines; ok is False for
+    the others.
+
+    Cut at every '"', a flat line's pieces are alternately structure (whitespace, ``{ } : ,``
+    and non-string values) and string contents, except where a quote is escaped: the piece
+    before it ends with an odd number of backslashes (a backslash is always in a string in a
+    flat line, and each escape there is two characters). Pieces joined again across escaped
+    quotes are the line's *tokens*: token 2j+1 is the content of its j-th string, which is a
+    key iff token 2j+2 starts with ':', with a string value (token 2j+3) iff it is just ':'."""
+    num_keys = len(keys)
+    if not num_keys:
+        return [], [], [], is_flat
+    n = tf.size(lines, tf.int64)
+    cut = tf.raw_ops.StringSplitV2(input=lines, sep='"')  # >= 1 piece per line, "" included
+    pieces, piece_row, piece_index = cut.values, cut.indices[:, 0], cut.indices[:, 1]
+    escapable = is_flat & ~is_plain  # lines whose quotes may be escaped
+    check = tf.where(tf.gather(escapable, piece_row))
+    escaped = tf.scatter_nd(check, tf.strings.regex_full_match(
+        tf.gather_nd(pieces, check), _ODD_BACKSLASHES_RE), tf.shape(pieces, tf.int64))
+    tokens, token_row, token_index = tf.cond(
+        tf.reduce_any(escaped), lambda: _join_escaped_quotes(pieces, piece_index, escaped, n),
+        lambda: (pieces, piece_row, piece_index))
+    # Key candidates: string contents of flat lines with a key's length, then its text.
+    texts, ids = [], []
+    for k, key in enumerate(keys):
+        for text in _key_spellings(key):
+            texts.append(text[1:-1].encode("utf-8"))
+            ids.append(k)
+    length = tf.strings.length(tokens)
+    by_length = tf.equal(length, len(texts[0]))
+    for size in sorted({len(text) for text in texts[1:]} - {len(texts[0])}):
+        by_length |= tf.equal(length, size)
+    candidate = tf.where(by_length)[:, 0]
+    candidate = tf.gather(candidate, tf.where(
+        tf.gather(is_flat, tf.gather(token_row, candidate))
+        & tf.equal(tf.bitwise.bitwise_and(tf.gather(token_index, candidate), 1), 1))[:, 0])
+    text = tf.gather(tokens, candidate)
+    key_id = tf.fill(tf.shape(candidate), tf.constant(-1, tf.int64))
+    for spelling, k in zip(texts, ids):
+        key_id = tf.where(tf.equal(text, spelling), tf.constant(k, tf.int64), key_id)
+    # A content token is never a line's last token: the next one is the structure after it.
+    after = tf.strings.strip(tf.gather(tokens, candidate + 1))
+    after_length = tf.strings.length(after)
+    is_key = (key_id >= 0) & tf.equal(tf.strings.substr(
+        after, tf.zeros_like(after_length), tf.minimum(after_length, 1)), ":")
+    is_key = tf.where(is_key)[:, 0]
+    key_pos, key_id = tf.gather(candidate, is_key), tf.gather(key_id, is_key)
+    # The last occurrence of each key in each line (slot key * n + line); its value is a
+    # string iff only ':' stands between the key and the next quote.
+    last_key = tf.maximum(tf.math.unsorted_segment_max(
+        tf.range(tf.size(key_pos, tf.int64)), key_id * n + tf.gather(token_row, key_pos),
+        num_keys * n), -1) + 1  # 0: none
+    is_string = tf.gather(tf.concat([[False], tf.equal(tf.gather(after, is_key), ":")], axis=0),
+                          last_key)
+    value_pos = tf.where(is_string, tf.gather(tf.concat([[0], key_pos + 2], axis=0), last_key), 0)
+    # Strings of lines with a backslash are unescaped; unpaired surrogates fail their line.
+    escapes = tf.where(tf.tile(escapable, [num_keys]) & is_string)[:, 0]
+    decoded, decoded_ok = _unescape_contents(tf.gather(tokens, tf.gather(value_pos, escapes)))
+    slot_ok = tf.tensor_scatter_nd_update(is_string, escapes[:, None], decoded_ok)
+    ok = tf.reduce_all(tf.reshape(slot_ok, tf.stack([num_keys, n])), axis=0)
+    escape_line = escapes % tf.maximum(n, 1)
+    keep = tf.where(tf.gather(ok, escape_line))[:, 0]
+    escape_line, decoded = tf.gather(escape_line, keep), tf.gather(decoded, keep)
+    escape_key = tf.cast(tf.gather(escapes, keep) // tf.maximum(n, 1), tf.int32)
+    # Flat lines that are not ok get "".
+    bad = tf.where(is_flat & ~ok)
+    no_values = tf.zeros(tf.shape(bad)[:1], tf.string)
+    values = tf.unstack(tf.reshape(value_pos, tf.stack([num_keys, n])), num=num_keys)
+    lines_k = tf.dynamic_partition(escape_line, escape_key, num_keys)
+    decoded_k = tf.dynamic_partition(decoded, escape_key, num_keys)
+    return ([tf.gather(tokens, pos) for pos in values],
+            [tf.concat([line[:, None], bad], axis=0) for line in lines_k],
+            [tf.concat([text, no_values], axis=0) for text in decoded_k], ok)
 
 
-def _key_prefix_re(key: str) -> str:
-    """From the start of a flat line through the last ``"key":`` at its top level (and the
-    whitespace after it): the pairs before it are consumed whole, so a key's text inside a
-    string literal is never taken for a key, and the greedy ``*`` makes the last one win."""
-    spellings = "|".join(_re_literal(text) for text in _key_spellings(key))
-    return (f"^{_SPACE_RE}*\\{{{_SPACE_RE}*(?:{_FLAT_PAIR_RE},{_SPACE_RE}*)*"
-            f"(?:{spellings}){_SPACE_RE}*:{_SPACE_RE}*")
-
-
-def _decode_flat(lines: tf.Tensor, keys: Sequence[str]) -> tuple[list[tf.Tensor], tf.Tensor]:
-    """The fast path, for lines that match ``_FLAT_RE`` only: ([tf.string [n] per key], ok
-    bool [n]), as ``_decode_full`` gives them."""
-    ok = tf.fill(tf.shape(lines), True)
-    if not keys:
-        return [], ok
-    contents = []
-    for key in keys:
-        # The line from the value of the key's last occurrence on (the line if there is none).
-        rest = tf.strings.regex_replace(lines, _key_prefix_re(key), "", replace_global=False)
-        after = tf.strings.regex_replace(rest, f"^{_STRING_RE}", "", replace_global=False)
-        # > 0 iff the value is a string (a flat line starts with '{' or whitespace).
-        literal_length = tf.strings.length(rest) - tf.strings.length(after)
-        ok &= literal_length > 0
-        contents.append(tf.strings.substr(rest, tf.ones_like(literal_length),
-                                          tf.maximum(literal_length - 2, 0)))
-    decoded, decoded_ok = _unescape_contents(tf.concat(contents, axis=0))
-    ok &= tf.reduce_all(tf.reshape(decoded_ok, tf.stack([len(keys), tf.size(lines)])), axis=0)
-    columns = tf.unstack(tf.reshape(decoded, tf.stack([len(keys), tf.size(lines)])),
-                         num=len(keys))
-    return [tf.where(ok, column, "") for column in columns], ok
+def _join_escaped_quotes(pieces: tf.Tensor, piece_index: tf.Tensor, escaped: tf.Tensor,
+                         n: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Pieces [P] (``piece_index``: their index in their line; ``escaped``: the quote after
+    them is escaped) -> (tokens [T], their line, their index in their line)."""
+    starts = tf.concat([[True], ~escaped], axis=0)[:-1]
+    token_id = tf.cumsum(tf.cast(starts, tf.int64)) - 1
+    num_tokens = tf.reduce_sum(tf.cast(starts, tf.int64))
+    tokens = tf.strings.unsorted_segment_join(pieces, token_id, num_tokens, separator='"')
+    # Every flat line has pieces: its first piece starts its first token.
+    line_start = token_id[tf.equal(piece_index, 0)]
+    token_row = tf.cumsum(tf.scatter_nd(line_start[1:, None], tf.ones_like(line_start[1:]),
+                                        num_tokens[None]))
+    return tokens, token_row, tf.range(num_tokens) - tf.gather(line_start, token_row)
 
 
 # --- lexing and structure ---------------------------------------------------------------------
@@ -505,35 +566,43 @@ def _escape_code_points(pieces: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.where(is_hex, from_hex, simple), tf.where(is_hex, 6, 2)
 
 
+def _next(values: tf.Tensor, fill) -> tf.Tensor:
+    """values[i + 1] at i (``fill`` at the end)."""
+    return tf.concat([values[1:], [fill]], axis=0)
+
+
+def _previous(values: tf.Tensor, fill) -> tf.Tensor:
+    """values[i - 1] at i (``fill`` at the start)."""
+    return tf.concat([[fill], values[:-1]], axis=0)
+
+
 def _unescape_escaped(inner: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """String contents with at least one escape [e] -> (decoded [e], ok [e]).
 
     Each content is cut before every escape: its first piece is plain text, every other piece
     an escape and the plain text after it. A high surrogate escape with nothing after it and
     a low surrogate escape starting the next piece make one code point."""
-    parts = tf.strings.split(tf.strings.regex_replace(inner, _ESCAPE_RE, "\0\\0"), "\0")
-    pieces, piece_row = parts.flat_values, parts.value_rowids()
-    is_escape = ~tf.equal(tf.range(tf.size(pieces, tf.int64)),
-                          tf.gather(parts.row_splits, piece_row))
+    cut = tf.raw_ops.StringSplitV2(
+        input=tf.strings.regex_replace(inner, _ESCAPE_RE, "\0\\0"), sep="\0")
+    pieces, piece_row, is_escape = cut.values, cut.indices[:, 0], cut.indices[:, 1] > 0
     code, escape_length = _escape_code_points(pieces)
     escape_length = tf.where(is_escape, escape_length, 0)
     tail_length = tf.strings.length(pieces) - escape_length
     tail = tf.strings.substr(pieces, escape_length, tail_length)
     is_high = is_escape & (code >= 0xD800) & (code <= 0xDBFF)
     is_low = is_escape & (code >= 0xDC00) & (code <= 0xDFFF)
-    same_row_next = tf.concat([tf.equal(piece_row[1:], piece_row[:-1]), [False]], axis=0)
-    next_low = tf.concat([is_low[1:], [False]], axis=0)
-    paired_high = is_high & tf.equal(tail_length, 0) & next_low & same_row_next
-    paired_low = is_low & tf.concat([[False], paired_high[:-1]], axis=0)
-    next_code = tf.concat([code[1:], [0]], axis=0)
+    # An escape piece is never a content's first piece: a low one follows a piece of its row.
+    paired_high = is_high & tf.equal(tail_length, 0) & _next(is_low, False)
+    paired_low = is_low & _previous(paired_high, False)
     code = tf.where(paired_high,
-                    0x10000 + (code - 0xD800) * 0x400 + (next_code - 0xDC00), code)
+                    0x10000 + (code - 0xD800) * 0x400 + (_next(code, 0) - 0xDC00), code)
     emit = is_escape & ~paired_low
-    chars = tf.strings.unicode_encode(tf.RaggedTensor.from_row_lengths(
-        tf.boolean_mask(code, emit), tf.cast(emit, tf.int64)), "UTF-8")
-    decoded = tf.strings.reduce_join(parts.with_flat_values(
-        tf.strings.join([chars, tail])), axis=1)
+    chars = tf.raw_ops.UnicodeEncode(
+        input_values=tf.gather_nd(code, tf.where(emit)),
+        input_splits=tf.concat([[0], tf.cumsum(tf.cast(emit, tf.int64))], axis=0),
+        output_encoding="UTF-8", errors="replace", replacement_char=0xFFFD)
+    rows = tf.size(inner, tf.int64)
+    decoded = tf.strings.unsorted_segment_join(tf.strings.join([chars, tail]), piece_row, rows)
     lone = (is_high & ~paired_high) | (is_low & ~paired_low)
-    bad = tf.math.unsorted_segment_max(tf.cast(lone, tf.int32), piece_row,
-                                       tf.shape(inner, out_type=tf.int64)[0]) > 0
+    bad = tf.math.unsorted_segment_max(tf.cast(lone, tf.int32), piece_row, rows) > 0
     return decoded, ~bad

@@ -212,7 +212,8 @@ def mix(datasets, weights=None, *, temperature: float | None = None, sizes=None,
         the same features in every source.
       weights: relative proportions (normalized), or ``None`` (see ``mixture_weights``).
       temperature: ``w_i ∝ size_i ** (1 / T)`` instead of weights.
-      sizes: examples per source (default: each dataset's ``cardinality()`` where known).
+      sizes: examples per source (default: each dataset's ``cardinality()`` where known; for
+        batched sources that counts batches: give ``sizes`` if their batch sizes differ).
       seed: breaks ties in the schedule (equal weights: the order within a round).
       key: the int32 feature added to each example, its source's index.
       batched: whether each element is a batch of examples (every feature ``[n, ...]``, e.g.
@@ -240,7 +241,7 @@ def mix(datasets, weights=None, *, temperature: float | None = None, sizes=None,
 
 def mix_with(mixture: Mixture, sources: Sequence[tf.data.Dataset], *,
              key: str = "source", batched: bool | None = None) -> tf.data.Dataset:
-    """``mix`` for a ``Mixture`` already built (the binaries keep it for the report)."""
+    """``mix`` with a ``Mixture`` already built (kept for its names, weights and ``counts``)."""
     specs = [require_dict_spec(ds.element_spec, "tfseq.mix") for ds in sources]
     common = _common_spec(mixture.names, specs)
     if key in common:
@@ -389,8 +390,9 @@ class MixedRecords:
       names: the sources' names (their keys in ``DropCounter.by_source``).
       weights, temperature: as ``mixture_weights`` (sizes: the sources' records).
       seed: the schedule's ties.
-      sizes: records per source (default: each part's ``shard_sizes``, read at first use:
-        after the parts are spilled).
+
+    The sources' sizes (``shard_sizes`` of each part) are read at first use, after the parts
+    are spilled.
 
     Memory: one shard of each source at a time.
     """
@@ -398,12 +400,11 @@ class MixedRecords:
     num_shards = 1  # to the stream, an epoch is one shard of B blocks
 
     def __init__(self, parts: Sequence, names: Sequence[str], weights=None, *,
-                 temperature: float | None = None, seed: int | None = None,
-                 sizes: Sequence[int] | None = None):
+                 temperature: float | None = None, seed: int | None = None):
         self.parts = list(parts)
         self.names = tuple(names)
         self._weights, self._temperature, self._seed = weights, temperature, seed
-        self._shard_sizes = None if sizes is None else [[int(n)] for n in sizes]
+        self._shard_sizes = None
         self._mixture = None
 
     def _ready(self) -> None:
@@ -452,14 +453,6 @@ class MixedRecords:
     def blocks_per_epoch(self) -> int:
         return max(1, -(-sum(self.sizes) // self.block))
 
-    @property
-    def records_per_epoch(self) -> int:
-        return self.blocks_per_epoch * self.block
-
-    def source_records(self, n: int) -> np.ndarray:
-        """int64 ``[k]``: records of each source in the first ``n`` blocks."""
-        return self.chunk * int(n)
-
     def _source_stream(self, i: int, start: tf.Tensor, read_batch: int) -> tf.data.Dataset:
         """Source ``i``'s records (``tf.string [n]`` batches) from position ``start`` of its
         endless sequence on."""
@@ -494,7 +487,7 @@ class MixedRecords:
         streams = []
         for i, size in enumerate(self.chunk.tolist()):
             records = self._source_stream(i, block * size, max(256, size))
-            streams.append(_rechunk(records.map(lambda r: {"r": r}), size))
+            streams.append(_rechunk(records.map(lambda r: {"r": r}), size).prefetch(2))
         left = self.blocks_per_epoch - first
         blocks = tf.data.Dataset.zip(tuple(streams)).take(left).map(
             lambda *parts: tf.concat([p["r"] for p in parts], 0))
