@@ -164,3 +164,17 @@ def test_refusals_name_the_problem():
         tfseq.mix([])
     with pytest.raises(TypeError, match="dict examples"):
         tfseq.mix([tf.data.Dataset.range(3)])
+
+
+def test_batched_rows_of_strings_mix_as_batches():
+    def rows(prefix, n):
+        return tf.data.Dataset.from_tensor_slices(
+            {"text": [f"{prefix}{i}" for i in range(n)]}).batch(5)
+
+    mixed = tfseq.mix([rows("a", 9), rows("b", 4)], [3, 1], seed=0, batched=True)
+    block = next(iter(mixed))
+    assert block["text"].shape == [1024] and block["source"].shape == [1024]
+    texts = [t.decode() for t in block["text"].numpy()[:8]]
+    assert texts == ["a0", "a1", "b0", "a2", "a3", "a4", "b1", "a5"]
+    assert block["source"].numpy()[:8].tolist() == [0, 0, 1, 0, 0, 0, 1, 0]
+    assert (block["source"].numpy() == 1).sum() == 256
