@@ -38,7 +38,7 @@ class TextConfig:
     train_weights: tuple[float, ...] = ()
     mix_temperature: float | None = None
     eval_files: tuple[str, ...] = ()       # empty: hold out eval_percent of train_files
-    format: str | None = None              # tsv | csv | text | conll; None: from the extension
+    format: str | None = None              # tsv|csv|text|conll|jsonl|tfrecord; None: extension
     columns: tuple[str, ...] = ()          # field names in order ("_" skips); (): the task's
     header: bool = False                   # skip each file's first line
     files: tuple[str, ...] = ()            # files in the embedded corpus' format; empty: it
