@@ -196,8 +196,8 @@ def elastic_child(out_path, news, web, model_dir, replicas, max_steps):
 
 @pytest.mark.slow
 def test_a_mixture_resumes_on_four_replicas_after_two(tmp_path):
-    news = write_source(tmp_path / "news.tsv", 0, 400)
-    web = write_source(tmp_path / "web.tsv", 10_000, 200)
+    news = write_source(tmp_path / "news.tsv", 0, 240)
+    web = write_source(tmp_path / "web.tsv", 10_000, 120)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
     def run(name, replicas, max_steps=0):
