@@ -8,6 +8,7 @@ import random
 import pytest
 import tensorflow as tf
 
+from tfseq import jsonl
 from tfseq.jsonl import decode_fields
 
 KEYS = ("label", "text")
@@ -301,9 +302,6 @@ def test_no_keys_checks_only_the_object():
 
 # --- the fast path for flat objects, against the full path
 
-from tfseq import jsonl  # noqa: E402
-
-
 def decode_full(lines, keys=KEYS, array_keys=()):
     """decode() with every line on the full path."""
     fields, ok = jsonl._decode_full_path(tf.constant(lines), keys, array_keys=array_keys)
@@ -441,10 +439,10 @@ def test_mixed_batch_keeps_order():
                      input_signature=[tf.TensorSpec([None], tf.string)])
     for subset in (lines[0::4], lines[1::2], lines[:0], lines):
         fields, ok = fn(tf.constant(subset, tf.string))
-        assert ok.numpy().tolist() == [row is not None for row in expected[:0] + [
-            reference(line) for line in subset]]
+        rows = [reference(line) for line in subset]
+        assert ok.numpy().tolist() == [row is not None for row in rows]
         assert fields["text"].numpy().tolist() == [
-            (reference(line) or {"text": ""})["text"].encode() for line in subset]
+            row["text"].encode() if row else b"" for row in rows]
 
 
 def test_array_keys_with_flat_lines():
@@ -497,3 +495,24 @@ def test_fast_path_matches_json_loads_on_random_flat_lines():
         assert 0.1 < sum(row is not None for row in expected) / len(lines) < 0.7
         assert decode(lines, keys) == expected
         assert_paths_agree(lines, keys)
+
+
+def test_unescape_runs_of_backslashes_and_surrogates():
+    """Escapes next to each other: runs of escaped backslashes before quotes, letters,
+    ``u`` and surrogate pairs, on both paths."""
+    parts = ["\\", '"', "n", "u", "\\u", "x", "😀", "é", "\ud83d", "\ude00"]
+    rng = random.Random(11)
+    values = ["".join(rng.choice(parts) for _ in range(rng.randrange(1, 9))) for _ in range(300)]
+    lines = []
+    for value in values:
+        for ensure_ascii in (True, False):
+            text = json.dumps(value, ensure_ascii=ensure_ascii)
+            lines.append('{"label": "l", "text": ' + text + "}")
+    lines = [line.encode("utf-8", "surrogatepass") for line in lines]
+    expected = [reference(line.decode("utf-8", "surrogatepass")) for line in lines]
+    assert 0.2 < sum(row is None for row in expected) / len(lines) < 0.8  # lone surrogates
+    fields, ok = decode_fields(tf.constant(lines), KEYS)
+    assert ok.numpy().tolist() == [row is not None for row in expected]
+    assert fields["text"].numpy().tolist() == [
+        row["text"].encode() if row else b"" for row in expected]
+    assert_paths_agree(lines)

@@ -10,7 +10,31 @@ Shapes: n = lines in a batch, K = number of keys, F = JSON tokens in the whole b
     {"tokens": "EU rejects", "tags": ["B-ORG", "O"]}   ->  tags "B-ORG O" (``array_keys``)
     [1, 2]   /   {"text": 3}   /   {"text": "ab        ->  ok False, every field ""
 
-How, for the whole batch at once (no Python and no ``tf.py_function`` per line):
+How, for the whole batch at once (no Python and no ``tf.py_function`` per line): most lines
+take a fast path, the others the full path (steps 1-5), and both give the same values and ok
+(the tests compare them on every line they have).
+
+0. *Fast path for flat objects.* A line is *flat* if it is ``{``, ``"key": value`` pairs
+   separated by ``,``, ``}``, each value a string, a number or ``true false null NaN Infinity
+   -Infinity`` (no object, no array), with whitespace wherever JSON allows it and strings as
+   step 1 admits them (valid escapes, valid UTF-8, no raw control character). One
+   ``regex_full_match`` of that grammar with backslash-free strings finds most flat lines; a
+   second one, with escapes, checks only the lines the first rejects. ``json.loads`` and the
+   full path accept every flat line. Cut at every ``"`` (``tf.strings.split``, memchr fast),
+   a flat line's pieces are alternately structure and string contents, except that a piece
+   ending with an odd run of backslashes is followed by an escaped quote: such pieces are
+   joined again with the next one (only in batches that have one), which gives *tokens*. A
+   content token is a key iff the structure after it starts with ``:``, and its value is a
+   string iff that structure is ``:`` alone (the value is then the next token); contents are
+   compared with the requested keys' spellings (lengths first) and the last occurrence of
+   each key wins. So a key's text inside a string is never a key (it is not a whole token),
+   a key that is missing or whose last occurrence holds a number, ``true``... fails the line,
+   and only values in lines with a backslash are unescaped (step 5). Fields are gathered
+   straight from the tokens. The lines that are not flat (nested values, arrays, invalid
+   JSON, anything else) go through steps 1-5 on their own (a ``tf.cond`` skips them when
+   there are none) and are scattered back into place.
+
+The full path:
 
 1. *Lex.* One ``tf.strings.regex_replace`` puts a NUL before every JSON token (a string
    literal, one of ``{ } [ ] : ,``, a run of literal characters, each with the whitespace after
@@ -37,16 +61,29 @@ How, for the whole batch at once (no Python and no ``tf.py_function`` per line):
    key names the value two tokens on; the last occurrence wins, as in ``json.loads``. A string
    value is one *piece*; for an ``array_keys`` key an array's direct elements are its pieces
    (a non-string element fails the line).
-5. *Unescape.* Pieces without a backslash pass through. The others are cut before each
-   escape (``regex_replace`` + ``split`` again) into an escape and the plain run after it;
-   each escape becomes a code point (a table for ``\\n``-style escapes, hex arithmetic on the
-   bytes of ``\\uXXXX``), a high surrogate followed by a low one becomes one code point, a
-   lone surrogate fails the line, and ``tf.strings.unicode_encode`` writes the code points as
-   UTF-8. ``unsorted_segment_join`` joins each field's pieces (with a space for arrays).
+5. *Unescape.* Pieces without a backslash pass through. The others are cut at every
+   backslash (``split`` again): a backslash starts an escape unless it is the second one of
+   ``\\\\`` (it follows an odd run of empty pieces), and the piece after an escape's backslash
+   holds the rest of the escape, then plain text. Each escape becomes a code point (a table
+   for ``\\n``-style escapes, hex arithmetic on the bytes of ``\\uXXXX``), a high surrogate
+   followed by a low one becomes one code point, a lone surrogate fails the line, and
+   ``tf.strings.unicode_encode`` writes the code points as UTF-8. ``unsorted_segment_join``
+   joins each field's pieces (with a space for arrays).
 
-Cost: 7-10x ``tf.strings.split`` of the same rows as TSV; ~100k lines/s of ~220 bytes
-(a label and ~30 words) in a ``tf.data`` map on 2 CPU cores, batches of 1024. The lexing regex is
-~40% of it.
+Cost, measured on 2 shared CPU cores: a ``tf.data`` map over cached batches of 1024 lines
+``{"label": book, "text": verse}`` (the KJV and Reina-Valera 1909 verses of ``tfseq/data``,
+~160 bytes), consumed by ``Dataset.reduce``, best of 3, per batch once running:
+
+- raw UTF-8 (``json.dumps(..., ensure_ascii=False)``: every line flat, almost no backslash):
+  ~0.9-1.3M lines/s, 4-5x the time of ``tf.strings.split`` of the same rows as TSV (the
+  full path alone: ~0.3M lines/s). The two regexes and the cut at quotes are most of it.
+- ``ensure_ascii=True`` (``\\u00e9``-style escapes in half the lines, ~5 in a Spanish one):
+  ~0.45-0.55M lines/s (full path: ~0.2-0.3M); unescaping is most of it.
+
+Each new iterator also pays ~0.25 s once: TensorFlow instantiates and optimizes the graph of
+both paths (~1300 nodes; the full path alone costs ~0.16-0.2 s). A pass over 62k lines thus
+runs at ~0.23M lines/s end to end (the full path alone: ~0.2M), one over 400k lines at
+~0.6-0.75M (full path: ~0.29M).
 
 Differences from ``json.loads`` (the tests cross-check everything else against it):
 
@@ -88,15 +125,14 @@ _SPACE_RE = r"[ \t\n\r]"  # JSON's whitespace
 _TOKEN_RE = (f"^{_SPACE_RE}+|(?:{_STRING_RE}|{_PUNCT_RE}|{_LITERAL_CHARS_RE}){_SPACE_RE}*"
              r"|[^ \t\n\r]|\C")
 # What json.loads accepts as a bare value (its number grammar, constants, Python's extras).
-_LITERAL_RE = (r"(?:-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
-               rf"|true|false|null|NaN|-?Infinity){_SPACE_RE}*")
-_ESCAPE_RE = r"\\(?:u[0-9a-fA-F]{4}|.)"  # one escape inside an already validated string
+_SCALAR_RE = (r"(?:-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
+              r"|true|false|null|NaN|-?Infinity)")
+_LITERAL_RE = f"{_SCALAR_RE}{_SPACE_RE}*"
 
-# A flat object: '{', "key": value pairs whose values are strings, numbers or the literals
-# (no object or array), '}', whitespace where JSON allows it. json.loads accepts exactly these
-# lines among those of this shape, and so does the full path, with the same literals.
-_NUMBER_RE = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
-_FLAT_VALUE_RE = f"(?:{_STRING_RE}|{_NUMBER_RE}|true|false|null|NaN|-?Infinity)"
+# A flat object: '{', "key": value pairs whose values are strings or bare values (no object or
+# array), '}', whitespace where JSON allows it. json.loads and the full path accept every line
+# of this shape (and so the fast path takes only lines they accept).
+_FLAT_VALUE_RE = f"(?:{_STRING_RE}|{_SCALAR_RE})"
 _FLAT_PAIR_RE = f"{_STRING_RE}{_SPACE_RE}*:{_SPACE_RE}*{_FLAT_VALUE_RE}{_SPACE_RE}*"
 _FLAT_RE = (f"{_SPACE_RE}*\\{{{_SPACE_RE}*(?:{_FLAT_PAIR_RE}(?:,{_SPACE_RE}*{_FLAT_PAIR_RE})*)?"
             f"\\}}{_SPACE_RE}*")
@@ -245,9 +281,15 @@ def _decode_flat(lines: tf.Tensor, is_flat: tf.Tensor, is_plain: tf.Tensor,
     cut = tf.raw_ops.StringSplitV2(input=lines, sep='"')  # >= 1 piece per line, "" included
     pieces, piece_row, piece_index = cut.values, cut.indices[:, 0], cut.indices[:, 1]
     escapable = is_flat & ~is_plain  # lines whose quotes may be escaped
-    check = tf.where(tf.gather(escapable, piece_row))
-    escaped = tf.scatter_nd(check, tf.strings.regex_full_match(
-        tf.gather_nd(pieces, check), _ODD_BACKSLASHES_RE), tf.shape(pieces, tf.int64))
+    check = tf.where(tf.gather(escapable, piece_row))[:, 0]
+    checked = tf.gather(pieces, check)
+    checked_length = tf.strings.length(checked)
+    ends_in_backslash = tf.where(tf.equal(tf.strings.substr(
+        checked, tf.maximum(checked_length - 1, 0), tf.minimum(checked_length, 1)), "\\"))[:, 0]
+    before_escaped_quote = tf.gather(check, ends_in_backslash)[tf.strings.regex_full_match(
+        tf.gather(checked, ends_in_backslash), _ODD_BACKSLASHES_RE)]
+    escaped = tf.scatter_nd(before_escaped_quote[:, None], tf.ones_like(
+        before_escaped_quote, tf.bool), tf.shape(pieces, tf.int64))
     tokens, token_row, token_index = tf.cond(
         tf.reduce_any(escaped), lambda: _join_escaped_quotes(pieces, piece_index, escaped, n),
         lambda: (pieces, piece_row, piece_index))
@@ -283,7 +325,8 @@ def _decode_flat(lines: tf.Tensor, is_flat: tf.Tensor, is_plain: tf.Tensor,
         num_keys * n), -1) + 1  # 0: none
     is_string = tf.gather(tf.concat([[False], tf.equal(tf.gather(after, is_key), ":")], axis=0),
                           last_key)
-    value_pos = tf.where(is_string, tf.gather(tf.concat([[0], key_pos + 2], axis=0), last_key), 0)
+    value_pos = tf.where(is_string,
+                         tf.gather(tf.concat([[0], key_pos + 2], axis=0), last_key), 0)
     # Strings of lines with a backslash are unescaped; unpaired surrogates fail their line.
     escapes = tf.where(tf.tile(escapable, [num_keys]) & is_string)[:, 0]
     decoded, decoded_ok = _unescape_contents(tf.gather(tokens, tf.gather(value_pos, escapes)))
@@ -425,7 +468,7 @@ def _key_ids(raw: tf.Tensor, keys: Sequence[str]) -> tf.Tensor:
     A key matches in the spelling ``json.dumps`` gives it, with either ``ensure_ascii``."""
     spellings, ids = [], []
     for k, key in enumerate(keys):
-        for text in dict.fromkeys([json.dumps(key, ensure_ascii=False), json.dumps(key)]):
+        for text in _key_spellings(key):
             spellings.append(text)
             ids.append(k)
     if not spellings:
@@ -546,24 +589,27 @@ def _unescape(raw: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
 def _unescape_contents(inner: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """``_unescape`` of the contents of string literals (between the quotes)."""
     # Cutting at backslashes (memchr) finds the few strings with escapes faster than a regex.
-    escaped = tf.where(tf.strings.split(inner, "\\").row_lengths() > 1)
+    cut = tf.raw_ops.StringSplitV2(input=inner, sep="\\", maxsplit=1)
+    escaped = tf.gather(cut.indices[:, :1], tf.where(tf.equal(cut.indices[:, 1], 1))[:, 0])
     decoded, ok = _unescape_escaped(tf.gather_nd(inner, escaped))
     return (tf.tensor_scatter_nd_update(inner, escaped, decoded),
             tf.tensor_scatter_nd_update(tf.ones_like(inner, tf.bool), escaped, ok))
 
 
 def _escape_code_points(pieces: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Pieces that start with an escape (``\\n``, ``\\u00e9``, ...) -> (its code point, its
-    length in bytes), both int32 [p]."""
-    byte = tf.cast(tf.io.decode_raw(pieces, tf.uint8, fixed_length=6), tf.int32)  # 0-padded
-    letter = byte[:, 1]
-    hex_chars = byte[:, 2:6]
+    """The text after an escape's backslash (``n...``, ``u00e9...``, or "" for the first
+    backslash of ``\\\\``) -> (the escape's code point, the bytes of it in the text), both
+    int32 [p]."""
+    byte = tf.cast(tf.io.decode_raw(pieces, tf.uint8, fixed_length=5), tf.int32)  # 0-padded
+    letter = byte[:, 0]
+    hex_chars = byte[:, 1:]
     digits = tf.where(hex_chars <= ord("9"), hex_chars - ord("0"),
                       tf.bitwise.bitwise_or(hex_chars, 0x20) - (ord("a") - 10))
     from_hex = tf.reduce_sum(digits * tf.constant([4096, 256, 16, 1]), axis=1)
     simple = tf.gather(tf.constant(_ESCAPE_TABLE, tf.int32), tf.minimum(letter, 127))
     is_hex = tf.equal(letter, ord("u"))
-    return tf.where(is_hex, from_hex, simple), tf.where(is_hex, 6, 2)
+    return (tf.where(is_hex, from_hex, simple),
+            tf.where(is_hex, 5, tf.minimum(tf.strings.length(pieces), 1)))
 
 
 def _next(values: tf.Tensor, fill) -> tf.Tensor:
@@ -579,13 +625,22 @@ def _previous(values: tf.Tensor, fill) -> tf.Tensor:
 def _unescape_escaped(inner: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """String contents with at least one escape [e] -> (decoded [e], ok [e]).
 
-    Each content is cut before every escape: its first piece is plain text, every other piece
-    an escape and the plain text after it. A high surrogate escape with nothing after it and
-    a low surrogate escape starting the next piece make one code point."""
-    cut = tf.raw_ops.StringSplitV2(
-        input=tf.strings.regex_replace(inner, _ESCAPE_RE, "\0\\0"), sep="\0")
-    pieces, piece_row, is_escape = cut.values, cut.indices[:, 0], cut.indices[:, 1] > 0
+    Each content is cut at every backslash (memchr). A backslash starts an escape unless it is
+    the second one of ``\\\\``, i.e. unless it follows an odd run of empty pieces (since the
+    content's start or the last non-empty piece). A piece after an escape's backslash starts
+    with the rest of the escape (nothing for ``\\\\``), then plain text; the first piece, and a
+    piece after the second backslash of ``\\\\``, are plain text. A high surrogate escape with
+    no text after it and a low surrogate escape in the next piece make one code point."""
+    cut = tf.raw_ops.StringSplitV2(input=inner, sep="\\")
+    pieces, piece_row, index = cut.values, cut.indices[:, 0], cut.indices[:, 1]
+    position = tf.range(tf.size(pieces, tf.int64))
+    boundary = tf.equal(index, 0) | (tf.strings.length(pieces) > 0)
+    last_boundary = tf.gather(tf.where(boundary)[:, 0],  # at or before each piece
+                              tf.cumsum(tf.cast(boundary, tf.int64)) - 1)
+    empty_run = position - 1 - _previous(last_boundary, tf.constant(-1, tf.int64))
+    is_escape = (index > 0) & tf.equal(tf.bitwise.bitwise_and(empty_run, 1), 0)
     code, escape_length = _escape_code_points(pieces)
+    code = tf.where(tf.equal(escape_length, 0), ord("\\"), code)
     escape_length = tf.where(is_escape, escape_length, 0)
     tail_length = tf.strings.length(pieces) - escape_length
     tail = tf.strings.substr(pieces, escape_length, tail_length)
