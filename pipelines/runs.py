@@ -82,14 +82,18 @@ def settings(task, config, *, model_config, replicas: int, workers: int) -> dict
             "input": sources.fingerprint(sorted(set(files)))}
 
 
-def compare(saved: dict, new: dict) -> list[Change]:
+def compare(saved: dict, new: dict, defaults: dict | None = None) -> list[Change]:
     """The settings that differ (``config.<field>``, ``global_budget.<name>``, ``model.<field>``,
-    ``workers``, ``input``: the files whose size or content changed)."""
+    ``workers``, ``input``: the files whose size or content changed). ``defaults``: the
+    config's default values (as saved): a field a run saved before it existed is its default."""
     changes = []
     if saved["task"] != new["task"]:
         changes.append(Change("task", saved["task"], new["task"]))
     for group in ("config", "global_budget", "model"):
         for key in sorted(set(saved[group]) | set(new[group])):
+            if (group == "config" and defaults and key not in saved[group]
+                    and key in defaults and new[group].get(key) == defaults[key]):
+                continue  # a field added since the run started, left at its default
             if saved[group].get(key) != new[group].get(key):
                 changes.append(Change(f"{group}.{key}", saved[group].get(key),
                                       new[group].get(key)))
@@ -151,7 +155,7 @@ def open_run(model_dir: str, task, config, *, model_config, replicas: int = 1,
         _wait_for(path, wait_seconds)
     with open(path) as f:
         saved = json.load(f)
-    changes = compare(saved, new)
+    changes = compare(saved, new, _jsonable(dataclasses.asdict(type(config)())))
     if changes:
         raise ChangedRun(model_dir, changes)
     state = TaskState.load(model_dir, list(task.vocab_columns), list(task.label_columns))

@@ -87,6 +87,18 @@ def test_a_resume_compares_the_global_budget_and_names_every_change(tmp_path):
         runs.Change("global_budget.max_tokens", 4096, 2048),
         runs.Change("model.hidden_dim", 64, 8),
         runs.Change("input", str(corpus), "content changed, same size")]
+    # A run saved before a config field existed resumes when the field is at its default,
+    # and is a change when it is not.
+    older = {**saved, "config": {k: v for k, v in saved["config"].items()
+                                 if k not in ("train_weights", "mix_temperature")}}
+    defaults = runs._jsonable(dataclasses.asdict(classify.Config()))
+    assert runs.compare(older, same, defaults) == []
+    weighted = runs.settings(
+        task, dataclasses.replace(config, max_tokens=1024, mix_temperature=2.0),
+        model_config=model_config, replicas=4, workers=1)
+    weighted["input"] = same["input"]  # the file was rewritten above
+    assert runs.compare(older, weighted, defaults) == [
+        runs.Change("config.mix_temperature", None, 2.0)]
 
 
 def _classify_files(tmp_path, train_lines, eval_lines=None, **changes):
