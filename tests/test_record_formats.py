@@ -233,3 +233,26 @@ def test_predict_reads_jsonl_and_tfrecord_inputs_in_order(tmp_path):
         predicted = [line.split("\t")[0] for line in got.stdout.splitlines()]
         assert predicted == ["food", "tech", "sports", ""], path
         assert f"{path}:4 (output line 4): malformed" in got.stderr
+
+
+@pytest.mark.slow
+def test_tag_reads_jsonl_with_tags_as_arrays_or_strings(tmp_path):
+    from tfseq.pipelines import tag
+
+    rows = []
+    for i in range(60):
+        tokens = ["EU", "rejects", f"w{i % 5}"]
+        tags = ["B-ORG", "O", "O"]
+        rows.append({"tokens": tokens if i % 2 else " ".join(tokens),
+                     "tags": tags if i % 3 else " ".join(tags)})
+    rows.append({"tokens": "one two", "tags": ["O"]})   # unequal counts: dropped, named
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = tag.Config(train_files=(str(path),), columns=("tokens", "tags"), eval_percent=0,
+                        batching="pad", batch_size=8, min_count=1)
+    data = tag.TASK.datasets(config)
+    assert data.state.labels["tags"] == ("B-ORG", "O")
+    examples = sum(int(x["ids"].shape[0]) for x, _, _ in data.train)
+    assert examples == 60
+    assert data.counters["train"].drops()["unequal_counts"] == 1
+    assert data.drop_examples(3) == [f"{path}:61: unequal_counts (2 tokens, 1 tags)"]
