@@ -13,9 +13,10 @@ average, as ``tf.data.Dataset.sample_from_datasets`` has them). How:
    with the largest-remainder rounding, so each share is off by less than ``1 / G``.
 2. **A schedule of one period**, computed once in Python with integer arithmetic: at each
    step, among the sources behind their share (``(n + 1) g_i > c_i G``), the one whose next
-   example is due first (the least ``(c_i + 1) / g_i``; ties broken by the seed). This
-   earliest-deadline rule keeps every prefix within one of ``n g_i / G`` (Tijdeman's
-   chairman-assignment bound, ``1 - 1 / (2k - 2)``); at the end of the period each source has
+   example is due first (the least ``(c_i + 1) / g_i``; ties broken by the seed), a deadline
+   rule of the kind Tijdeman studied for the chairman-assignment problem. Every prefix stays
+   within one of ``n g_i / G`` (a property test checks it over random shares; the greedy
+   "most behind first" rule does not hold it); at the end of the period each source has
    exactly ``g_i``, so the schedule repeats without drift.
 3. **Blocks in the graph.** Each source, cycled through its own epochs (``repeat()``: each
    example once per source epoch, reshuffled per epoch if the source shuffles), is cut into
