@@ -10,6 +10,8 @@ Each core count runs in a child process pinned to cores ``0..N-1`` before Tensor
 every feed runs whole passes over the same lines and reports real (non-pad) tokens per second,
 consumed in the graph (``Dataset.reduce``: no Python per batch), best of ``--repeats`` passes:
 
+  read           ``text_lines(batch_size=--read_batch)`` alone, no tokenizing (its rate is
+                 in lines per second, and so is every row's ``lines_per_second``);
   raw            ``text_lines(batch_size=--read_batch)`` + ``tokenize`` (split and vocabulary
                  lookup): the limit every batching pipeline is measured against;
   bucket         raw + ``bucket_by_length(max_tokens, max_length, seed=0)``;
@@ -60,7 +62,7 @@ flags.DEFINE_integer("repeats", 3, "Timed passes per feed; the best is reported.
 flags.DEFINE_list("parallel", ["default"], "Parallelism of the bucket and pack stages, one run "
                   "of those feeds each: bucket_by_length(num_parallel_pools=K), "
                   "pack(num_parallel_parts=K); 'default' leaves it to them.")
-flags.DEFINE_list("feeds", ["raw", "bucket", "pack", "bucket_alone", "pack_alone", "plain"],
+flags.DEFINE_list("feeds", ["raw", "bucket", "pack", "bucket_alone", "pack_alone", "plain", "read"],
                   "Feeds to run (raw always runs: every ratio needs it).")
 flags.DEFINE_boolean("python_loop", True, "Also consume raw, bucket and pack in a Python loop.")
 flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
@@ -125,6 +127,9 @@ def build_feeds(files, vocab, parallel):
     count_pack = lambda b: tf.math.count_nonzero(b["ids_segment_ids"], dtype=tf.int64)  # noqa
     feeds = {"raw": (raw().prefetch(tf.data.AUTOTUNE), count_raw)}
     wanted = set(FLAGS.feeds)
+    if "read" in wanted:  # lines, not tokens: the read alone
+        feeds["read"] = (tfseq.text_lines(files, batch_size=FLAGS.read_batch).prefetch(
+            tf.data.AUTOTUNE), lambda lines: tf.cast(tf.size(lines), tf.int64))
     cached = None
     if wanted & {"bucket_alone", "pack_alone"}:
         cached = raw().cache()
@@ -208,12 +213,23 @@ def run_child(files, copies):
                     best[key] = (tokens, seconds, cpu)
     cores = len(os.sched_getaffinity(0))
     raw_rate = best["raw"][0] / best["raw"][1]
-    # CPU ns per token (all threads of the process, in the best pass): steadier than the wall
-    # clock on a shared machine, and what a stage costs the cores the reading also needs.
-    return [{"cores": cores, "feed": name, "real_tokens": tokens, "seconds": round(seconds, 4),
-             "tokens_per_second": tokens / seconds, "vs_raw": tokens / seconds / raw_rate,
-             "cpu_ns_per_token": cpu / tokens * 1e9}
-            for name, (tokens, seconds, cpu) in best.items()]
+    lines = best["read"][0] if "read" in best else None  # lines per pass (all copies)
+    rows = []
+    for name, (tokens, seconds, cpu) in best.items():
+        if name.startswith("read"):  # lines, not tokens: compared with raw's lines/s
+            rows.append({"cores": cores, "feed": name, "lines": tokens,
+                         "seconds": round(seconds, 4), "lines_per_second": tokens / seconds,
+                         "vs_raw": best["raw"][1] / seconds})
+            continue
+        # CPU ns per token (all threads of the process, in the best pass): steadier than the
+        # wall clock on a shared machine, and what a stage costs the cores the reading needs.
+        row = {"cores": cores, "feed": name, "real_tokens": tokens,
+               "seconds": round(seconds, 4), "tokens_per_second": tokens / seconds,
+               "vs_raw": tokens / seconds / raw_rate, "cpu_ns_per_token": cpu / tokens * 1e9}
+        if lines and not name.startswith("plain"):
+            row["lines_per_second"] = lines / seconds
+        rows.append(row)
+    return rows
 
 
 def main(argv):
@@ -259,6 +275,10 @@ def main(argv):
         cells = []
         for c in by_cores:
             row = by_cores[c].get(feed)
+            if row and "cpu_ns_per_token" not in row:   # the read alone: M lines/s
+                cells.append(f"{row['lines_per_second'] / 1e6:7.2f} ({row['vs_raw']:.2f}x) "
+                             "M lines/s")
+                continue
             cells.append(f"{row['tokens_per_second'] / 1e6:7.2f} ({row['vs_raw']:.2f}x) "
                          f"[{row['cpu_ns_per_token']:5.0f}]" if row else "")
         print(f"{feed:32s} " + " ".join(f"{cell:>24s}" for cell in cells))
@@ -270,7 +290,8 @@ def main(argv):
         for feed in feeds:
             a, b = by_cores[lo].get(feed), by_cores[hi].get(feed)
             if a and b:
-                gains[feed] = b["tokens_per_second"] / a["tokens_per_second"]
+                gains[feed] = a["seconds"] / b["seconds"] if feed.startswith("read") else (
+                    b["tokens_per_second"] / a["tokens_per_second"])
                 print(f"  {feed:32s} x{gains[feed]:.2f}")
     if FLAGS.json_out:
         os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)

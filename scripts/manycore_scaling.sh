@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The scaling measurement on the many-core test machine, as one command (../shared/manycore/README.md).
+#
+# Before: `bash ../shared/manycore/prepare.sh` here, each .dev/p<i> copied to /tmp/x there (one
+# transfer each), and optionally a baseline tree as .dev/base.tgz (`git archive --format=tar.gz
+# -o .dev/base.tgz <commit>`) carried with the last part. Then, from the repository root there:
+#
+#   bash scripts/manycore_scaling.sh            # results under $OUT (default /tmp/scaling_out)
+#
+# It installs the wheels into /tmp/site once, then runs scripts/bench_scaling.py for this tree
+# (and the baseline's tfseq with the same script) at several core counts, most wanted first,
+# one JSON per run written as soon as it is done, so a run cut short still returns what it had.
+# DEADLINE (seconds, default 480) stops starting new runs once that much time has gone.
+set -u
+OUT=${OUT:-/tmp/scaling_out}
+DEADLINE=${DEADLINE:-480}
+mkdir -p "$OUT"
+start=$SECONDS
+if [ -d /tmp/x ] && [ ! -d /tmp/site/tensorflow ]; then
+  cat /tmp/x/part* > /tmp/wheels.tar && mkdir -p /tmp/wh && tar xf /tmp/wheels.tar -C /tmp/wh
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    /tmp/wh/*.whl
+  rm -rf /tmp/wheels.tar /tmp/wh
+fi
+if [ -f .dev/base.tgz ] && [ ! -d /tmp/base ]; then
+  mkdir -p /tmp/base && tar xzf .dev/base.tgz -C /tmp/base
+fi
+export TF_CPP_MIN_LOG_LEVEL=2 PYTHONUNBUFFERED=1
+here=$PWD
+{ echo "setup $((SECONDS - start)) s; cores $(nproc); $(python3 --version)"
+  lscpu | grep -E "Model name|^CPU\(s\)|Thread|MHz" ; } | tee "$OUT/machine.txt"
+
+# run NAME TREE TIMEOUT CORES ARGS...: one bench_scaling run, its JSON and log in $OUT
+run() {
+  local name=$1 tree=$2 limit=$3 cores=$4; shift 4
+  local left=$((DEADLINE - (SECONDS - start)))
+  if [ "$left" -lt 20 ]; then echo "skip $name: deadline" | tee -a "$OUT/log.txt"; return; fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  [ -d "$tree" ] || { echo "skip $name: no $tree" | tee -a "$OUT/log.txt"; return; }
+  echo "== $name ($((SECONDS - start)) s in; limit $limit s)" | tee -a "$OUT/log.txt"
+  (cd /tmp && PYTHONPATH=/tmp/site:$tree timeout "$limit" python3 \
+      "$here/scripts/bench_scaling.py" --cores="$cores" --copies=16 \
+      --json_out="$OUT/$name.json" "$@") >> "$OUT/log.txt" 2>&1
+  echo "   rc $? after $((SECONDS - start)) s" | tee -a "$OUT/log.txt"
+}
+FIVE=--feeds=raw,read,bucket,pack,bucket_alone,pack_alone
+run now_16 "$here" 120 16 --repeats=3
+run now_2 "$here" 150 2 --repeats=3
+run base_16 /tmp/base 60 16 --repeats=3 "$FIVE" --python_loop=false
+run base_2 /tmp/base 80 2 --repeats=3 "$FIVE" --python_loop=false
+run now_8 "$here" 60 8 --repeats=3 "$FIVE" --python_loop=false
+run now_4 "$here" 60 4 --repeats=3 "$FIVE" --python_loop=false
+run now_16_parallel "$here" 90 16 --repeats=2 --feeds=raw,bucket,pack,bucket_alone,pack_alone \
+  --parallel=1,4,16 --python_loop=false
+run base_8 /tmp/base 60 8 --repeats=3 "$FIVE" --python_loop=false
+grep -v "^I0000\|^W0000\|^E0000\|WARNING" "$OUT/log.txt" | tail -120
+echo "total $((SECONDS - start)) s"
