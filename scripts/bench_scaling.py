@@ -62,6 +62,8 @@ flags.DEFINE_integer("repeats", 3, "Timed passes per feed; the best is reported.
 flags.DEFINE_list("parallel", ["default"], "Parallelism of the bucket and pack stages, one run "
                   "of those feeds each: bucket_by_length(num_parallel_pools=K), "
                   "pack(num_parallel_parts=K); 'default' leaves it to them.")
+flags.DEFINE_string("tokenize_parallel", "auto", "tokenize(num_parallel_calls=...): 'auto' "
+                    "(tf.data.AUTOTUNE), 'cores' (the process' cores) or a number.")
 flags.DEFINE_list("feeds", ["raw", "bucket", "pack", "bucket_alone", "pack_alone", "plain", "read"],
                   "Feeds to run (raw always runs: every ratio needs it).")
 flags.DEFINE_boolean("python_loop", True, "Also consume raw, bucket and pack in a Python loop.")
@@ -99,6 +101,14 @@ def _text_of(lines, field):
     return lines if field < 0 else tf.strings.split(lines, "\t").to_tensor("")[:, field]
 
 
+def tokenize_calls():
+    """``--tokenize_parallel`` as ``tokenize``'s ``num_parallel_calls`` (None: its default)."""
+    value = FLAGS.tokenize_parallel
+    if value == "auto":
+        return None
+    return len(os.sched_getaffinity(0)) if value == "cores" else int(value)
+
+
 def build_feeds(files, vocab, parallel):
     """name -> (dataset, count) where count maps an element to its real tokens (int64)."""
     import tensorflow as tf
@@ -110,7 +120,7 @@ def build_feeds(files, vocab, parallel):
         if FLAGS.field >= 0:
             ds = ds.map(lambda lines: _text_of(lines, FLAGS.field),
                         num_parallel_calls=tf.data.AUTOTUNE)
-        return ds.apply(tfseq.tokenize(vocab))
+        return ds.apply(tfseq.tokenize(vocab, num_parallel_calls=tokenize_calls()))
 
     def bucket(ds, k):
         return ds.apply(tfseq.bucket_by_length(
@@ -298,6 +308,7 @@ def main(argv):
         with open(FLAGS.json_out, "w") as f:
             json.dump({"benchmark": "scaling", "max_tokens": FLAGS.max_tokens,
                        "max_length": FLAGS.max_length, "read_batch": FLAGS.read_batch,
+                       "tokenize_parallel": FLAGS.tokenize_parallel,
                        "copies": FLAGS.copies, "rows": rows,
                        "gains": {"from_cores": cores[0], "to_cores": cores[-1],
                                  "feeds": gains} if len(cores) > 1 else None}, f, indent=1)

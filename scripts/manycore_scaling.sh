@@ -5,7 +5,7 @@
 # transfer each), and optionally a baseline tree as .dev/base.tgz (`git archive --format=tar.gz
 # -o .dev/base.tgz <commit>`) carried with the last part. Then, from the repository root there:
 #
-#   bash scripts/manycore_scaling.sh            # results under $OUT (default /tmp/scaling_out)
+#   bash scripts/manycore_scaling.sh [table|tokenize]   # results under $OUT (default /tmp/scaling_out)
 #
 # It installs the wheels into /tmp/site once, then runs scripts/bench_scaling.py for this tree
 # (and the baseline's tfseq with the same script) at several core counts, most wanted first,
@@ -44,14 +44,30 @@ run() {
   echo "   rc $? after $((SECONDS - start)) s" | tee -a "$OUT/log.txt"
 }
 FIVE=--feeds=raw,read,bucket,pack,bucket_alone,pack_alone
-run now_16 "$here" 120 16 --repeats=3
-run now_2 "$here" 150 2 --repeats=3
-run base_16 /tmp/base 60 16 --repeats=3 "$FIVE" --python_loop=false
-run base_2 /tmp/base 80 2 --repeats=3 "$FIVE" --python_loop=false
-run now_8 "$here" 60 8 --repeats=3 "$FIVE" --python_loop=false
-run now_4 "$here" 60 4 --repeats=3 "$FIVE" --python_loop=false
-run now_16_parallel "$here" 90 16 --repeats=2 --feeds=raw,bucket,pack,bucket_alone,pack_alone \
-  --parallel=1,4,16 --python_loop=false
-run base_8 /tmp/base 60 8 --repeats=3 "$FIVE" --python_loop=false
+case "${1:-table}" in
+table)  # the scaling table, this tree and the baseline
+  run now_16 "$here" 120 16 --repeats=3
+  run now_2 "$here" 150 2 --repeats=3
+  run base_16 /tmp/base 60 16 --repeats=3 "$FIVE" --python_loop=false
+  run base_2 /tmp/base 80 2 --repeats=3 "$FIVE" --python_loop=false
+  run now_8 "$here" 60 8 --repeats=3 "$FIVE" --python_loop=false
+  run now_4 "$here" 60 4 --repeats=3 "$FIVE" --python_loop=false
+  run now_16_parallel "$here" 90 16 --repeats=2 --feeds=raw,bucket,pack,bucket_alone,pack_alone \
+    --parallel=1,4,16 --python_loop=false
+  run base_8 /tmp/base 60 8 --repeats=3 "$FIVE" --python_loop=false ;;
+tokenize)  # where the raw feed stops scaling (scripts/diag_raw_scaling.py), tokenize's parallelism
+  echo "== diag 2,16 ($((SECONDS - start)) s in)" | tee -a "$OUT/log.txt"
+  (cd /tmp && PYTHONPATH=/tmp/site:$here timeout 150 python3 "$here/scripts/diag_raw_scaling.py" \
+     --cores=2,16 --json_out="$OUT/diag.json") >> "$OUT/log.txt" 2>&1
+  THREE=--feeds=raw,bucket,pack
+  run tok_cores_16 "$here" 45 16 --repeats=3 "$THREE" --python_loop=false --tokenize_parallel=cores
+  run tok_auto_16 "$here" 45 16 --repeats=3 "$THREE" --python_loop=false
+  run tok_cores_2 "$here" 60 2 --repeats=3 "$THREE" --python_loop=false --tokenize_parallel=cores
+  run tok_auto_2 "$here" 60 2 --repeats=3 "$THREE" --python_loop=false
+  [ $((DEADLINE - (SECONDS - start))) -lt 60 ] && { echo "skip diag 8: deadline"; exit 0; }
+  echo "== diag 8 ($((SECONDS - start)) s in)" | tee -a "$OUT/log.txt"
+  (cd /tmp && PYTHONPATH=/tmp/site:$here timeout 60 python3 "$here/scripts/diag_raw_scaling.py" \
+     --cores=8 --json_out="$OUT/diag8.json") >> "$OUT/log.txt" 2>&1 ;;
+esac
 grep -v "^I0000\|^W0000\|^E0000\|WARNING" "$OUT/log.txt" | tail -120
 echo "total $((SECONDS - start)) s"

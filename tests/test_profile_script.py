@@ -63,6 +63,10 @@ def test_bench_scaling_feeds_deliver_the_same_real_tokens_at_any_parallelism(tmp
                "--parallel=1,2", "--python_loop=false", f"--json_out={tmp_path / 's.json'}")
     report = json.loads((tmp_path / "s.json").read_text())
     rows = report["rows"]
+    read = next(r for r in rows if r["feed"] == "read")  # lines, not tokens
+    assert read["lines"] == 62_204  # both languages' text, every line once
+    assert read["lines_per_second"] > 0
+    rows = [r for r in rows if r["feed"] != "read"]
     assert [r["feed"] for r in rows] == [
         "raw", "bucket parallel=1", "pack parallel=1", "bucket_alone parallel=1",
         "pack_alone parallel=1", "bucket parallel=2", "pack parallel=2",

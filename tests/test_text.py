@@ -61,6 +61,18 @@ def test_tokenize_whitespace_with_bos_eos():
     assert ds.element_spec == {"ids": tf.TensorSpec([None], tf.int32)}
 
 
+def test_tokenize_fixed_parallel_calls_keep_the_batches_in_order():
+    # num_parallel_calls changes the threads only: the same ragged batches, in input order.
+    text = [" ".join(["in", "the", "beginning", "god", "x"][: 1 + i % 5]) for i in range(40)]
+    batches = tf.data.Dataset.from_tensor_slices(text).batch(3)
+    for calls in (1, 4):
+        out = [b["ids"].to_list() for b in batches.apply(
+            tfseq.tokenize(VOCAB, num_parallel_calls=calls))]
+        assert len(out) == 14 and out[0] == [[4], [4, 5], [4, 5, 6]]
+        assert out[13] == [[4, 5, 6, 8, 1]]  # the 40th line; x is unknown
+        assert sum(len(r) for b in out for r in b) == 120
+
+
 def test_tokenize_unicode_script_splits_punctuation_and_lowercase():
     ds = lines("In the beginning, God").apply(
         tfseq.tokenize(VOCAB, tokenizer="unicode_script", lowercase=True))

@@ -617,7 +617,8 @@ def get_tokenizer(tokenizer=None, vocab: Vocab | None = None):
 
 
 def tokenize(vocab: Vocab, *, tokenizer=None, key: str = "ids", add_bos: bool = False,
-             add_eos: bool = False, lowercase: bool = False, batch_size: int = 512) -> Transform:
+             add_eos: bool = False, lowercase: bool = False, batch_size: int = 512,
+             num_parallel_calls: int | None = None) -> Transform:
     """Transformation: text -> int32 ids.
 
     Elements may be ``tf.string`` scalars (each becomes ``{key: ids}``) or dicts whose ``key``
@@ -636,6 +637,7 @@ def tokenize(vocab: Vocab, *, tokenizer=None, key: str = "ids", add_bos: bool = 
       lowercase: case-fold (``tensorflow_text.case_fold_utf8``) before tokenizing.
       batch_size: lines tokenized per vectorized call (the output is still one example per
         line, in order; batching only amortises the per-call cost).
+      num_parallel_calls: batches tokenized at once; default ``tf.data.AUTOTUNE``.
 
     Returns:
       A ``Dataset.apply`` transformation emitting dicts with ``key``: int32 ``[(T)]``
@@ -650,6 +652,7 @@ def tokenize(vocab: Vocab, *, tokenizer=None, key: str = "ids", add_bos: bool = 
       >>> ds.apply(tfseq.tokenize(vocab))   # {"ids": [4, 5]}, {"ids": [5, 6, 6]}
     """
     tok = get_tokenizer(tokenizer, vocab)
+    calls = tf.data.AUTOTUNE if num_parallel_calls is None else num_parallel_calls
 
     def to_ids(text: tf.Tensor) -> tf.RaggedTensor:
         """tf.string [B] -> int32 RaggedTensor [B, (T)]."""
@@ -673,10 +676,10 @@ def tokenize(vocab: Vocab, *, tokenizer=None, key: str = "ids", add_bos: bool = 
                                  f"dicts; received {spec}")
             to_example = lambda lines: {key: to_ids(lines)}  # noqa: E731
             if spec.shape.rank == 1:  # batches of lines -> ragged batches of examples
-                return dataset.map(to_example, num_parallel_calls=tf.data.AUTOTUNE,
+                return dataset.map(to_example, num_parallel_calls=calls,
                                    deterministic=None)
             batched = dataset.batch(batch_size).map(
-                to_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=None)
+                to_example, num_parallel_calls=calls, deterministic=None)
             return unbatch(batched)
         if not isinstance(spec, dict):
             raise TypeError(f"tokenize expects tf.string scalars or dict elements; received {spec}")
@@ -693,9 +696,9 @@ def tokenize(vocab: Vocab, *, tokenizer=None, key: str = "ids", add_bos: bool = 
             return batch
 
         if spec[key].shape.rank == 1:  # batched dicts stay batched
-            return dataset.map(map_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=None)
+            return dataset.map(map_batch, num_parallel_calls=calls, deterministic=None)
         batched = dataset.ragged_batch(batch_size).map(
-            map_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=None)
+            map_batch, num_parallel_calls=calls, deterministic=None)
         return unbatch(batched)
 
     return apply
