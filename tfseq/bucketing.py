@@ -278,6 +278,7 @@ def bucket_by_length(
     max_length: int | None = None,
     batch_multiple: int = 1,
     pad_to_boundary: bool = False,
+    fill_rows: bool = False,
     length_noise: float = 0.0,
     pool_size: int | None = None,
     pool_tokens: int | None = None,
@@ -313,6 +314,14 @@ def bucket_by_length(
       pad_to_boundary: bool, pad to the bucket's upper bound (``max_length`` without buckets)
         instead of the batch's longest example, so padded lengths come from a fixed set
         (static shapes for XLA). Rows are then sized by that bound.
+      fill_rows: bool, with ``pad_to_boundary``: every batch gets the full row count of its
+        padded length (``max_tokens // T``, or ``batch_size``) by adding empty rows (0
+        tokens, length 0, scalars 0) and a float32 ``"weight"`` ``[B]`` feature, 1.0 on real
+        rows and 0.0 on the added ones (an input ``"weight"`` is kept, 0 on added rows), so
+        ``tfseq.ModelFeatures`` weighs them out. Then an epoch has at most
+        ``Bucketer.num_shapes`` distinct batch shapes: what a jit-compiled (XLA) step
+        compiles. The added rows are compute spent on nothing: about one part-filled batch
+        per bucket and pool.
       length_noise: float in [0, 1): each example is bucketed by ``length * (1 + u * noise)``,
         u uniform in [-1, 1), so examples of nearby lengths also meet in a batch. Budgets
         always use the true lengths.
@@ -360,7 +369,7 @@ def bucket_by_length(
     return Bucketer(max_tokens=max_tokens, batch_size=batch_size, boundaries=boundaries,
                     bucket_width=bucket_width, max_length=max_length,
                     batch_multiple=batch_multiple, pad_to_boundary=pad_to_boundary,
-                    length_noise=length_noise, pool_size=pool_size, pool_tokens=pool_tokens,
+                    fill_rows=fill_rows, length_noise=length_noise, pool_size=pool_size, pool_tokens=pool_tokens,
                     shuffle=shuffle, seed=seed, num_parallel_pools=num_parallel_pools,
                     counter=counter).transform
 
@@ -382,6 +391,7 @@ class Bucketer:
     max_length: int | None = None
     batch_multiple: int = 1
     pad_to_boundary: bool = False
+    fill_rows: bool = False
     length_noise: float = 0.0
     pool_size: int | None = None
     pool_tokens: int | None = None
@@ -403,6 +413,35 @@ class Bucketer:
             object.__setattr__(self, name, value)
         if max_length is not None:
             self.counter.register("too_long")
+        if self.fill_rows and not self.pad_to_boundary:
+            raise ValueError("fill_rows needs pad_to_boundary=True (rows are filled to the "
+                             "count of the batch's padded length)")
+
+    @property
+    def padded_lengths(self) -> tuple[int, ...] | None:
+        """Every padded length a batch can have with ``pad_to_boundary`` (None without it)."""
+        if not self.pad_to_boundary:
+            return None
+        if self.boundaries is not None:
+            return tuple(self.boundaries) + (
+                (self.max_length,) if self.max_length > self.boundaries[-1] else ())
+        if self.bucket_width is not None:
+            w = self.bucket_width
+            return tuple(min(k * w, self.max_length) for k in range(1, -(-self.max_length // w) + 1))
+        return (self.max_length,)
+
+    @property
+    def num_shapes(self) -> int | None:
+        """With ``fill_rows``: the most distinct batch shapes an epoch can have (one per
+        padded length); None otherwise (any row count and, without ``pad_to_boundary``, any
+        length)."""
+        return len(self.padded_lengths) if self.fill_rows else None
+
+    def full_rows(self, width: tf.Tensor) -> tf.Tensor:
+        """int32 scalar: the rows of a full batch padded to ``width`` (int32 scalar)."""
+        if self.max_tokens is None:
+            return tf.constant(self.batch_size, tf.int32)
+        return tf.constant(self.max_tokens, tf.int32) // width
 
     # ----- the streaming transformation
 
@@ -677,4 +716,24 @@ class Bucketer:
                 batch[k + LENGTH_SUFFIX] = row_lengths[k]
             else:
                 batch[k] = v
+        if self.fill_rows:
+            batch = _fill_rows(batch, tf.maximum(self.full_rows(width) - size, 0))
         return batch
+
+
+def _fill_rows(batch: Mapping[str, tf.Tensor], extra: tf.Tensor) -> dict:
+    """``batch`` (``[B, ...]`` features) with ``extra`` (int32 scalar >= 0) rows of zeros
+    appended to every feature, and ``"weight"`` float32 ``[B + extra]``: the input's weight
+    (or 1.0) on the B real rows, 0.0 on the added ones."""
+    batch = dict(batch)
+    first = next(iter(batch.values()))
+    if WEIGHT_KEY not in batch:
+        batch[WEIGHT_KEY] = tf.ones(tf.shape(first)[:1], tf.float32)
+    out = {}
+    for k, v in batch.items():
+        pad = [[0, extra]] + [[0, 0]] * (v.shape.rank - 1)
+        out[k] = tf.pad(v, pad)
+    return out
+
+
+WEIGHT_KEY = "weight"  # tfseq.model_inputs.WEIGHT: rows weighted 0 are not examples

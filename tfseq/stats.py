@@ -341,6 +341,13 @@ def batch_counts(features: Mapping[str, tf.Tensor], names) -> tuple[tf.Tensor, t
     first = names[0]
     if first + SEGMENT_SUFFIX in features:  # examples = segment starts
         rows = tf.math.count_nonzero(features[first + "_resets"], dtype=tf.int64)
+    elif "weight" in features:  # rows added by bucket_by_length(fill_rows=True) are not
+        # examples: weight 0 and no token in any feature
+        added = tf.equal(tf.cast(features["weight"], tf.float32), 0.0)
+        for name in names:
+            added &= tf.equal(features[name + LENGTH_SUFFIX], 0)
+        rows = tf.cast(tf.shape(features[first])[0], tf.int64) - tf.math.count_nonzero(
+            added, dtype=tf.int64)
     else:
         rows = tf.cast(tf.shape(features[first])[0], tf.int64)
     return real, cells, rows

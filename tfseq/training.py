@@ -114,13 +114,18 @@ class Trainer:
       on_epoch_start: ``fn(epoch)`` called before the first step of each epoch (not when a
         resume continues one mid-way), e.g. to reset per-pass counters.
       stats: a ``tfseq.BatchStats`` that a stream's batches are added to as they are taken.
+      jit_compile: run each step as one XLA program (``tf.function(jit_compile=True)``), one
+        compiled program per distinct batch shape: feed batches of a few shapes
+        (``bucket_by_length(pad_to_boundary=True, fill_rows=True)``, or ``pack``), or every
+        new shape compiles again. ``compiled_shapes`` counts the programs compiled so far.
     """
 
     def __init__(self, model: keras.Model, data, *, model_dir: str | None,
                  checkpoint_every: int = 0, trackables: Mapping[str, object] | None = None,
                  max_to_keep: int = 2, on_step: Callable | None = None,
                  on_batch: Callable | None = None, on_epoch_start: Callable | None = None,
-                 stats=None, epoch_note: Callable[[], str] | None = None):
+                 stats=None, epoch_note: Callable[[], str] | None = None,
+                 jit_compile: bool = False):
         from tfseq.resumable import ResumableStream
 
         self.model = model
@@ -156,6 +161,8 @@ class Trainer:
         # Seconds spent writing each checkpoint, restoring, and waiting for the first batch
         # after a restore (rebuilding the input's position).
         self.timings = {"save": [], "restore": None, "first_batch": None}
+        self.jit_compile = jit_compile
+        self._compiled_step = None
 
     # -- checkpoints ---------------------------------------------------------------------
     @property
@@ -254,7 +261,38 @@ class Trainer:
 
     def _train_step(self, batch) -> dict:
         """Trains on one batch and returns its logs as floats."""
+        if self.jit_compile:
+            return self._jit_train_step(batch)
         logs = self.model.train_on_batch(*batch, return_dict=True)
+        return {k: float(v) for k, v in logs.items()}
+
+    @property
+    def compiled_shapes(self) -> int:
+        """With ``jit_compile``: the XLA programs compiled so far (one per distinct batch
+        shape: the step is traced without shape relaxation, so each trace is one program)."""
+        if self._compiled_step is None:
+            return 0
+        return self._compiled_step.experimental_get_tracing_count()
+
+    def _jit_train_step(self, batch) -> dict:
+        """``train_on_batch`` as one XLA program per batch shape: the metrics are reset, the
+        model's ``train_step`` runs compiled, and its logs come back as floats."""
+        model = self.model
+        if self._compiled_step is None:
+            # Builds the layers, the loss and the compiled metrics from the batch's specs, as
+            # train_on_batch does before its first step (Keras' own build method).
+            model._symbolic_build(data_batch=tuple(batch) + (None,) * (3 - len(batch)))
+            # Variables made outside the traced step: a first call that creates variables
+            # is traced twice, which would count (and compile) its shape twice.
+            if not model.optimizer.built:
+                model.optimizer.build(model.trainable_variables)
+            # reduce_retracing=False: a new shape is a new trace (and one compilation), never
+            # a shape-relaxed trace that XLA would compile again per shape unseen.
+            self._compiled_step = tf.function(
+                lambda data: model.train_step(data), jit_compile=True, reduce_retracing=False,
+                autograph=False)
+        model.reset_metrics()
+        logs = self._compiled_step(tuple(batch))
         return {k: float(v) for k, v in logs.items()}
 
     # -- the loop ------------------------------------------------------------------------
@@ -498,6 +536,9 @@ class ReplicaTrainer(Trainer):
 
     def __init__(self, model: keras.Model, strategy: tf.distribute.Strategy,
                  parts_ds: tf.data.Dataset, **kwargs):
+        if kwargs.get("jit_compile"):
+            raise ValueError("jit_compile=True is supported by Trainer (one replica) only; "
+                             "ReplicaTrainer steps run without XLA")
         super().__init__(model, parts_ds, **kwargs)
         self.strategy = strategy
         self.num_replicas = strategy.num_replicas_in_sync
