@@ -60,6 +60,7 @@ class TextConfig:
     block_length: int | tuple[int, ...] = (32, 64, 128)
     max_segments: int = 32                 # examples per packed row
     boundaries: tuple[int, ...] = ()       # bucket upper bounds; (): every length its own
+    jit_compile: bool = False              # XLA train step; training batches of few shapes
     seed: int = 0
     shuffle_shard_bytes: int = 64 << 20    # memory bound of the line shuffle (text per shard)
 
@@ -146,4 +147,5 @@ def batching_of(config: TextConfig, *, longest: int, aligned=(), pack_split: boo
     return Batching(config.batching, batch_size=config.batch_size, max_tokens=config.max_tokens,
                     max_length=longest, block_length=block, max_segments=config.max_segments,
                     boundaries=tuple(b for b in config.boundaries if b <= longest),
-                    long_examples=long_examples, aligned=tuple(aligned))
+                    long_examples=long_examples, aligned=tuple(aligned),
+                    static_shapes=bool(getattr(config, "jit_compile", False)))

@@ -22,7 +22,7 @@ CONFIG_FLAGS = {
     "source_files": "source_files", "target_files": "target_files", "tokenizer": "tokenizer",
     "vocab_size": "vocab_size", "vocab_max_lines": "vocab_max_lines",
     "long_examples": "long_examples", "shuffle_shard_bytes": "shuffle_shard_bytes",
-    "mix_temperature": "mix_temperature",
+    "mix_temperature": "mix_temperature", "jit_compile": "jit_compile",
 }
 FLAG_OF_FIELD = {field: flag for flag, field in CONFIG_FLAGS.items()}
 FLAG_OF_FIELD["train_weights"] = "train_files weights"

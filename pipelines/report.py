@@ -14,7 +14,7 @@ import os
 def make_report(*, task_name, config, mode, replicas, workers, learning_rate, result, stats,
                 counters, eval_results, baselines, setup, data_state_bytes,
                 drop_examples, data_service=None, first_step_seconds=None,
-                timings=None, resumed_at_step=None, sources=None) -> dict:
+                timings=None, resumed_at_step=None, sources=None, jit=None) -> dict:
     """``report.json``: the same keys and shapes in every mode (single, replicated,
     multi_worker, data_service)."""
     seconds = result.train_seconds
@@ -37,6 +37,8 @@ def make_report(*, task_name, config, mode, replicas, workers, learning_rate, re
         "resumed_at_step": resumed_at_step,
         "checkpoints": checkpoint_timings(timings),
         "sources": sources or [],
+        # --jit_compile: the most batch shapes an epoch can have, and the programs compiled
+        "jit": jit,
     }
 
 
@@ -68,6 +70,10 @@ def format_report(report: dict) -> str:
     lines.append(f"  training: {report['steps']} steps, {report['train_seconds']:.1f} s, "
                  f"{report['real_tokens_per_second']:,.0f} real tokens/s, "
                  f"{report.get('examples_trained', 0):,} examples trained in this command")
+    if report.get("jit"):
+        jit = report["jit"]
+        lines.append(f"  XLA (--jit_compile): {jit['compiled_shapes']} training programs "
+                     f"compiled, at most {jit['shape_budget']} batch shapes")
     setup = report["setup"]
     if setup["passes"] or setup["first_step_seconds"]:
         phases = ([f"{setup['passes']} read of the training files "

@@ -176,6 +176,10 @@ class Runner:
         strategy, mode, local, workers, worker = self._strategy()
         chief = worker == 0
         model_config = self._model_config(task)
+        jit = bool(getattr(config, "jit_compile", False))
+        if jit and (strategy is not None or self.settings.data_service):
+            raise SetupError("--jit_compile trains on one replica from files: drop it, or "
+                             "--num_replicas/--strategy/--data_service")
         try:
             run = runs.open_run(self.settings.model_dir, task, config, model_config=model_config,
                                 replicas=local, workers=workers, worker=worker,
@@ -217,7 +221,7 @@ class Runner:
                        epoch_note=(lambda: mixture.shares_note(config, counters["train"]))
                        if mixture.is_mixture(config) else None)
         trainer = (ReplicaTrainer(model, strategy, stream, **options) if strategy is not None
-                   else Trainer(model, stream, **options))
+                   else Trainer(model, stream, jit_compile=jit, **options))
         resumed = trainer.restore()
         if resumed and self._finished(trainer):
             return None
@@ -260,7 +264,9 @@ class Runner:
             data_state_bytes=data_state_bytes(checkpoints[0]) if checkpoints else 0,
             drop_examples=drop_examples_of(task, config, counters),
             data_service=self.settings.data_service, resumed_at_step=resumed_at,
-            sources=self._mixture_sources(task, config, stream, trainer, counters))
+            sources=self._mixture_sources(task, config, stream, trainer, counters),
+            jit={"shape_budget": task.batching(config).num_shapes,
+                 "compiled_shapes": trainer.compiled_shapes} if jit else None)
         if not chief:
             worker_dir = os.path.join(self.settings.model_dir, "workers", str(worker))
             os.makedirs(worker_dir, exist_ok=True)

@@ -115,6 +115,9 @@ flags.DEFINE_integer("epochs", 2, "Epochs to train.")
 flags.DEFINE_integer("max_steps", None, "Stop after this many steps in this run (resumable).")
 flags.DEFINE_integer("checkpoint_every", 200, "Checkpoint every N steps (0: epoch ends only).")
 flags.DEFINE_boolean("mixed_precision", False, "Train with the mixed_float16 policy.")
+flags.DEFINE_boolean("jit_compile", False, "Compile each training step with XLA, one program "
+                     "per batch shape; training batches are padded and filled to a few shapes "
+                     "(the report's `jit` says how many). One replica, no --data_service.")
 flags.DEFINE_integer("num_replicas", 1, "Replicas (GPUs, or logical CPUs without a GPU).")
 flags.DEFINE_enum("strategy", "mirrored", ["mirrored", "multi_worker"],
                   "mirrored: --num_replicas on this machine. multi_worker: "

@@ -126,3 +126,48 @@ def test_jit_and_plain_steps_train_the_same_model():
     jit = Trainer(model(), _epoch_of(b), model_dir=None, jit_compile=True).fit(1, verbose=0)
     assert jit.steps_done == plain.steps_done
     assert jit.history[0]["loss"] == pytest.approx(plain.history[0]["loss"], rel=1e-3)
+
+
+def _ragged_batches(n=N):
+    """The examples as ragged batches of 64 (what ``tokenize`` gives the batching stage)."""
+    return examples(n).ragged_batch(64)
+
+
+@pytest.mark.parametrize("mode,budget", [("pad", 1), ("bucket", 4), ("pack", 1)])
+def test_static_shapes_in_every_batching_mode(mode, budget):
+    # Training batches come in at most num_shapes shapes, every example once; evaluation
+    # batches are not filled.
+    batching = tfseq.Batching(mode, batch_size=16, max_tokens=256, max_length=60,
+                              block_length=64, static_shapes=True)
+    assert batching.num_shapes == budget
+    seen, ids = set(), []
+    for batch in _ragged_batches().apply(batching.transform(training=True, seed=1)):
+        seen.add(tuple(batch["ids"].shape))
+        if mode == "pack":  # one id per segment column; segments present weigh 1
+            present = np.arange(batch["id"].shape[1])[None, :] < batch[
+                "ids_segment_ids"].numpy().max(axis=1)[:, None]
+            ids += batch["id"].numpy()[present].tolist()
+        else:
+            ids += batch["id"].numpy()[batch["weight"].numpy() > 0].tolist()
+    assert len(seen) <= budget and sorted(ids) == list(range(N))
+    assert all(shape[0] * shape[1] <= 256 or mode == "pad" for shape in seen)
+    if mode == "bucket":
+        assert seen <= {(32, 8), (16, 16), (8, 32), (4, 60)}
+    evaluation = [tuple(b["ids"].shape) for b in _ragged_batches().apply(
+        batching.transform(training=False))]
+    assert len(set(evaluation)) > budget  # not filled: rows and lengths vary
+    plain = tfseq.Batching(mode, batch_size=16, max_tokens=256, max_length=60,
+                           block_length=64)
+    assert plain.num_shapes is None
+
+
+def test_static_shapes_of_a_resumable_streams_pool_batcher():
+    # The binaries' stream batches a pool with pool_batches + finish: filled too.
+    pool = next(iter(examples(300).ragged_batch(300)))
+    for mode, expect in [("pad", {(16, 60)}), ("pack", {(4, 64)})]:
+        batcher = tfseq.Batching(mode, batch_size=16, max_tokens=256, max_length=60,
+                                 block_length=64, static_shapes=True).pool_batcher()
+        out = batcher.pool_batches(pool, tf.constant(0, tf.int64))
+        shapes = {tuple(batcher.finish(b)["ids"].shape)
+                  for b in tf.data.Dataset.from_tensor_slices(out)}
+        assert shapes == expect, mode

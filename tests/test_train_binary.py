@@ -143,6 +143,30 @@ def test_two_replicas_train_an_epoch_with_split_batches(tmp_path, tiny_corpus, b
     assert (run / "export" / "saved_model.pb").exists()
 
 
+@pytest.mark.slow
+def test_jit_compile_trains_an_epoch_within_its_shape_budget(tmp_path, tiny_corpus):
+    # Buckets 8 and 16 (max_length 16): at most 2 training batch shapes, so at most 2 XLA
+    # programs; every training example is trained once.
+    run = tmp_path / "jit"
+    out = train(f"--files={tiny_corpus}", "--jit_compile", "--epochs=1", "--max_tokens=64",
+                "--max_length=16", f"--model_dir={run}", "--verbose=0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((run / "report.json").read_text())
+    assert report["jit"]["shape_budget"] == 2
+    assert 1 <= report["jit"]["compiled_shapes"] <= 2
+    assert "XLA (--jit_compile): " in out.stdout
+    # Every kept training line trained once; the rows added to fill batches are not counted.
+    drops = sum(report["counters"]["train"]["drops"].values())  # 20 held out, 2 bad lines
+    assert report["examples_trained"] == 282 - drops == 260
+    assert (run / "export" / "saved_model.pb").exists()
+
+
+def test_jit_compile_with_replicas_fails_naming_it(tmp_path, tiny_corpus):
+    out = train(f"--files={tiny_corpus}", "--jit_compile", "--num_replicas=2",
+                f"--model_dir={tmp_path / 'x'}")
+    assert "--jit_compile trains on one replica" in error_line(out)
+
+
 def test_replicas_on_a_task_without_support_fail_clearly(tmp_path):
     out = train("--task=documents", "--num_replicas=2", f"--model_dir={tmp_path / 'x'}")
     assert "are not supported by --task=documents" in error_line(out)

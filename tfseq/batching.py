@@ -104,6 +104,13 @@ class Batching:
       aligned: ``"pack"``: pairs ``(feature, primary)`` of sequence features with the lengths
         of ``primary`` (tags of tokens, next-token targets): packed in the same cells as
         ``primary`` (two ids in one int64 while packing), so the packer sees one feature.
+      static_shapes: training batches of at most ``num_shapes`` shapes, for a jit-compiled
+        step: ``"pad"`` pads to ``max_length`` and ``batch_size`` rows; ``"bucket"`` pads to
+        the bucket bounds (``boundaries``, or 8, 16, 32, ... up to ``max_length`` when there
+        are none) and fills each batch to that bound's rows (``bucket_by_length(
+        pad_to_boundary=True, fill_rows=True)``); ``"pack"`` fills each batch to
+        ``max_tokens // row length`` rows. Added rows have no token and weigh 0 (a
+        ``"weight"`` of 0, or no segment). Evaluation batches are not changed.
 
     Raises:
       ValueError: an unknown mode or a budget that is not positive (naming it).
@@ -118,6 +125,7 @@ class Batching:
     boundaries: tuple[int, ...] = ()
     long_examples: str = "truncate"
     aligned: tuple[tuple[str, str], ...] = ()
+    static_shapes: bool = False
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -142,32 +150,72 @@ class Batching:
             return {"pool_tokens": DEFAULT_POOL_BUDGETS * self.max_tokens}
         return {"pool_tokens": PACK_POOL_BATCHES * self.max_tokens}
 
+    @property
+    def num_shapes(self) -> int | None:
+        """With ``static_shapes``: the most distinct training batch shapes (what a
+        jit-compiled step compiles); None without it."""
+        if not self.static_shapes:
+            return None
+        if self.mode == "pad":
+            return 1
+        if self.mode == "bucket":
+            return len(self._static_bounds())
+        return len(self.block_length) if isinstance(self.block_length, tuple) else 1
+
     def pool_batcher(self, counter=None):
         """The pool batcher of this mode: ``pool_batches(pool, pool_seed)`` (every example of
         one pool in batches) and ``finish(element)`` (one of them -> a batch)."""
         if self.mode == "pad":
-            return _PadPools(self.batch_size)
+            return _PadPools(self.batch_size, self.max_length if self.static_shapes else None)
         if self.mode == "bucket":
             from tfseq.bucketing import Bucketer
-            return Bucketer(**self._bucket_args(shuffle=True, seed=0), counter=counter)
-        return _Fused(self._packer(counter), self.aligned)
+            return Bucketer(**self._bucket_args(shuffle=True, seed=0, static=self.static_shapes),
+                            counter=counter)
+        fused = _Fused(self._packer(counter), self.aligned)
+        return _FullRows(fused, self.max_tokens) if self.static_shapes else fused
 
     def transform(self, *, training: bool, seed: int | None = None, counter=None) -> Transform:
         """The streaming transformation: ragged batches (or examples) -> batches. With
-        ``training`` the order inside pools is shuffled from ``seed``; without, arrival order
-        is kept where the mode allows (evaluation)."""
+        ``training`` the order inside pools is shuffled from ``seed`` (and ``static_shapes``
+        applies); without, arrival order is kept where the mode allows (evaluation)."""
+        static = self.static_shapes and training
         if self.mode == "pad":
+            if static:
+                pools = _PadPools(self.batch_size, self.max_length)
+                return lambda ds: pad_batch(self.batch_size, ragged=True, prefetch=False)(
+                    ds).map(pools.finish, num_parallel_calls=tf.data.AUTOTUNE)
             return pad_batch(self.batch_size)
         if self.mode == "bucket":
             from tfseq.bucketing import bucket_by_length
-            return bucket_by_length(**self._bucket_args(shuffle=training, seed=seed),
-                                    counter=counter)
+            return bucket_by_length(**self._bucket_args(shuffle=training, seed=seed,
+                                                        static=static), counter=counter)
         fused = _Fused(self._packer(counter), self.aligned)
+        if static:
+            full = _FullRows(fused, self.max_tokens)
+            return lambda ds: fused.transform(ds).map(full.fill,
+                                                      num_parallel_calls=tf.data.AUTOTUNE)
         return fused.transform
 
-    def _bucket_args(self, *, shuffle: bool, seed) -> dict:
-        return dict(max_tokens=self.max_tokens, max_length=self.max_length,
+    def _static_bounds(self) -> tuple[int, ...]:
+        """``"bucket"`` with ``static_shapes``: the padded lengths (the buckets' bounds)."""
+        longest = self.max_length or self.max_tokens
+        if self.boundaries:
+            bounds = [b for b in self.boundaries if b < longest]
+        else:
+            bounds, b = [], 8
+            while b < longest:
+                bounds.append(b)
+                b *= 2
+        return tuple(bounds) + (longest,)
+
+    def _bucket_args(self, *, shuffle: bool, seed, static: bool = False) -> dict:
+        args = dict(max_tokens=self.max_tokens, max_length=self.max_length,
                     boundaries=list(self.boundaries) or None, shuffle=shuffle, seed=seed)
+        if static:
+            args.update(boundaries=list(self._static_bounds()),
+                        max_length=self.max_length or self.max_tokens,
+                        pad_to_boundary=True, fill_rows=True)
+        return args
 
     def _packer(self, counter):
         from tfseq.packing import Packer
@@ -178,10 +226,12 @@ class Batching:
 
 
 class _PadPools:
-    """``"pad"`` pools: the pool's examples in arrival order, ``batch_size`` per batch."""
+    """``"pad"`` pools: the pool's examples in arrival order, ``batch_size`` per batch; with
+    ``pad_length`` every batch is ``[batch_size, pad_length]`` (added rows weigh 0)."""
 
-    def __init__(self, batch_size: int):
+    def __init__(self, batch_size: int, pad_length: int | None = None):
         self.batch_size = batch_size
+        self.pad_length = pad_length
 
     def pool_batches(self, pool, pool_seed):
         del pool_seed  # arrival order: the records come shuffled
@@ -198,11 +248,38 @@ class _PadPools:
         batch = {}
         for k, v in rows.items():
             if isinstance(v, tf.RaggedTensor):
-                batch[k] = v.to_tensor(0)
+                shape = None if self.pad_length is None else [None, self.pad_length]
+                batch[k] = v.to_tensor(0, shape=shape)
                 batch[k + LENGTH_SUFFIX] = tf.cast(v.row_lengths(), tf.int32)
             else:
                 batch[k] = v
-        return batch
+        if self.pad_length is None:
+            return batch
+        from tfseq.bucketing import fill_rows
+        rows_now = tf.shape(next(iter(batch.values())))[0]
+        return fill_rows(batch, self.batch_size - rows_now)
+
+
+class _FullRows:
+    """Packed batches filled to ``max_tokens // row length`` rows (empty rows: no segment,
+    so they weigh 0): one shape per row length."""
+
+    def __init__(self, batcher, max_tokens: int):
+        self.batcher, self.max_tokens = batcher, max_tokens
+
+    def pool_batches(self, pool, pool_seed):
+        return self.batcher.pool_batches(pool, pool_seed)
+
+    def finish(self, element):
+        return self.fill(self.batcher.finish(element))
+
+    def fill(self, batch):
+        batch = dict(batch)
+        key = next(k for k in batch if k.endswith("_segment_ids"))
+        rows, width = tf.shape(batch[key])[0], tf.shape(batch[key])[1]
+        extra = tf.maximum(self.max_tokens // width - rows, 0)
+        return {k: tf.pad(v, [[0, extra]] + [[0, 0]] * (v.shape.rank - 1))
+                for k, v in batch.items()}
 
 
 class _Fused:

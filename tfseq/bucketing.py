@@ -717,11 +717,11 @@ class Bucketer:
             else:
                 batch[k] = v
         if self.fill_rows:
-            batch = _fill_rows(batch, tf.maximum(self.full_rows(width) - size, 0))
+            batch = fill_rows(batch, tf.maximum(self.full_rows(width) - size, 0))
         return batch
 
 
-def _fill_rows(batch: Mapping[str, tf.Tensor], extra: tf.Tensor) -> dict:
+def fill_rows(batch: Mapping[str, tf.Tensor], extra: tf.Tensor) -> dict:
     """``batch`` (``[B, ...]`` features) with ``extra`` (int32 scalar >= 0) rows of zeros
     appended to every feature, and ``"weight"`` float32 ``[B + extra]``: the input's weight
     (or 1.0) on the B real rows, 0.0 on the added ones."""
