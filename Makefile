@@ -35,7 +35,7 @@ test-all: test test-slow
 test-fast: test
 
 BENCHES := batching training packing pipeline scaling splitting attention tbptt predict mixing \
-           multislot vocab setup sources
+           multislot vocab setup sources steps
 
 bench: $(STAMP)
 	mkdir -p bench_out

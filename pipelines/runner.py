@@ -35,6 +35,7 @@ class RunSettings:
     epochs: int = 2
     max_steps: int | None = None          # stop after this many steps in this run (resumable)
     checkpoint_every: int = 200           # steps; 0: epoch ends only
+    steps_per_execution: int = 1          # training steps per Python call (one replica)
     num_replicas: int = 1
     strategy: str = "mirrored"            # mirrored | multi_worker (TF_CONFIG)
     data_service: str | None = None       # a tf.data service address
@@ -180,6 +181,10 @@ class Runner:
         if jit and (strategy is not None or self.settings.data_service):
             raise SetupError("--jit_compile trains on one replica from files: drop it, or "
                              "--num_replicas/--strategy/--data_service")
+        several = self.settings.steps_per_execution > 1
+        if several and (strategy is not None or self.settings.data_service):
+            raise SetupError("--steps_per_execution trains on one replica from files: drop "
+                             "it, or --num_replicas/--strategy/--data_service")
         try:
             run = runs.open_run(self.settings.model_dir, task, config, model_config=model_config,
                                 replicas=local, workers=workers, worker=worker,
@@ -216,12 +221,15 @@ class Runner:
         options = dict(model_dir=self.settings.model_dir,
                        checkpoint_every=self.settings.checkpoint_every,
                        on_step=on_step,
-                       on_batch=summaries.on_batch if chief else None,
+                       # per-batch row lengths for TensorBoard: Python per step
+                       on_batch=summaries.on_batch if chief and not several else None,
                        on_epoch_start=lambda epoch: counters["train"].reset(), stats=stats,
                        epoch_note=(lambda: mixture.shares_note(config, counters["train"]))
                        if mixture.is_mixture(config) else None)
         trainer = (ReplicaTrainer(model, strategy, stream, **options) if strategy is not None
-                   else Trainer(model, stream, jit_compile=jit, **options))
+                   else Trainer(model, stream, jit_compile=jit,
+                                steps_per_execution=self.settings.steps_per_execution,
+                                **options))
         resumed = trainer.restore()
         if resumed and self._finished(trainer):
             return None
@@ -362,6 +370,7 @@ class Runner:
         summaries = self._summaries(stats, counters)
         trainer = Trainer(model, train_ds, model_dir=self.settings.model_dir,
                           checkpoint_every=self.settings.checkpoint_every,
+                          steps_per_execution=self.settings.steps_per_execution,
                           trackables={f"counter_{split}_{k}": v for split, c in counters.items()
                                       for k, v in c.variables().items()},
                           on_step=summaries.on_step,

@@ -115,6 +115,10 @@ flags.DEFINE_integer("epochs", 2, "Epochs to train.")
 flags.DEFINE_integer("max_steps", None, "Stop after this many steps in this run (resumable).")
 flags.DEFINE_integer("checkpoint_every", 200, "Checkpoint every N steps (0: epoch ends only).")
 flags.DEFINE_boolean("mixed_precision", False, "Train with the mixed_float16 policy.")
+flags.DEFINE_integer("steps_per_execution", 1, "Training steps per Python call: the batches "
+                     "are taken, trained on and counted inside one graph (progress, "
+                     "checkpoints and signals between calls). One replica, no --data_service; "
+                     "TensorBoard then has no per-batch row lengths.", lower_bound=1)
 flags.DEFINE_boolean("jit_compile", False, "Compile each training step with XLA, one program "
                      "per batch shape; training batches are padded and filled to a few shapes "
                      "(the report's `jit` says how many). One replica, no --data_service.")
@@ -155,6 +159,7 @@ def run_settings() -> RunSettings:
     return RunSettings(
         model_dir=FLAGS.model_dir, epochs=FLAGS.epochs, max_steps=FLAGS.max_steps,
         checkpoint_every=FLAGS.checkpoint_every, num_replicas=FLAGS.num_replicas,
+        steps_per_execution=FLAGS.steps_per_execution,
         strategy=FLAGS.strategy, data_service=FLAGS.data_service,
         learning_rate=FLAGS.learning_rate, verbose=FLAGS.verbose, export=FLAGS.export,
         started=STARTED)

@@ -101,3 +101,15 @@ def test_profile_reads_a_conll_file_by_its_token_column(tmp_path):
     rows = json.loads((tmp_path / "p.json").read_text())["rows"]
     assert {r["examples"] for r in rows} == {2}  # two sentences, their tokens the text
     assert rows[-1]["real_tokens"] == 5
+
+
+@pytest.mark.slow
+def test_bench_steps_trains_the_same_steps_at_any_steps_per_execution(tmp_path):
+    # 3,000 synthetic examples: one and eight steps per Python call train an epoch of the
+    # same number of steps (the batches do not depend on it).
+    run_script("bench_steps.py", "--examples=3000", "--steps_per_execution=1,8",
+               "--repeats=1", f"--json_out={tmp_path / 's.json'}")
+    rows = json.loads((tmp_path / "s.json").read_text())["rows"]
+    assert [r["steps_per_execution"] for r in rows] == [1, 8]
+    assert rows[0]["steps"] == rows[1]["steps"] > 20
+    assert all(r["steps_per_second"] > 0 for r in rows) and rows[0]["vs_first"] == 1.0

@@ -161,6 +161,29 @@ def test_jit_compile_trains_an_epoch_within_its_shape_budget(tmp_path, tiny_corp
     assert (run / "export" / "saved_model.pb").exists()
 
 
+@pytest.mark.slow
+def test_several_steps_per_execution_train_and_resume_exactly_once(tmp_path, tiny_corpus):
+    # The resumable stream consumed in the graph, 4 steps a call: a run stopped at step 6
+    # and resumed trains the steps and counts the lines of a run of one step a call.
+    common = [f"--files={tiny_corpus}", "--epochs=1", "--max_tokens=64", "--max_length=16",
+              "--verbose=0", "--export=false"]
+    out = train(*common, f"--model_dir={tmp_path / 'one'}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    one = json.loads((tmp_path / "one" / "report.json").read_text())
+    assert one["examples_trained"] == 260
+    several = tmp_path / "several"
+    out = train(*common, "--steps_per_execution=4", "--max_steps=6", f"--model_dir={several}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    stopped = json.loads((several / "report.json").read_text())
+    assert stopped["steps"] == 6 and stopped["interrupted"]
+    out = train(*common, "--steps_per_execution=4", f"--model_dir={several}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    resumed = json.loads((several / "report.json").read_text())
+    assert resumed["steps"] == one["steps"] and not resumed["interrupted"]
+    assert resumed["counters"] == one["counters"]
+    assert stopped["examples_trained"] + resumed["examples_trained"] == 260
+
+
 def test_jit_compile_with_replicas_fails_naming_it(tmp_path, tiny_corpus):
     out = train(f"--files={tiny_corpus}", "--jit_compile", "--num_replicas=2",
                 f"--model_dir={tmp_path / 'x'}")

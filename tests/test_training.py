@@ -5,6 +5,7 @@ import signal
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import tfseq
@@ -96,3 +97,47 @@ def test_signal_saves_a_usable_checkpoint(tmp_path):
     assert sorted(recorder.epochs[0]) == list(range(203))
     # The handler from before the run is back after fit.
     assert signal.getsignal(signal.SIGINT) is handler_before
+
+
+def _weights_after(steps_per_execution, model_dir=None, max_steps=None, checkpoint_every=0,
+                   epochs=2):
+    keras.utils.set_random_seed(3)
+    ds, counter = make_dataset()
+    model = make_model()
+    trainer = Trainer(model, ds, model_dir=model_dir, checkpoint_every=checkpoint_every,
+                      trackables=counter.variables(), steps_per_execution=steps_per_execution)
+    trainer.restore()
+    result = trainer.fit(epochs, verbose=0, max_steps=max_steps)
+    return result, [w.numpy() for w in model.weights]
+
+
+def test_several_steps_per_execution_train_the_same_batches_to_the_same_weights():
+    one, weights_one = _weights_after(1)
+    five, weights_five = _weights_after(5)
+    assert one.steps_done == five.steps_done == 2 * 26
+    assert five.history == one.history  # the same epoch means, step for step
+    for a, b in zip(weights_one, weights_five):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_several_steps_per_execution_stop_at_max_steps_and_checkpoints_and_resume(tmp_path):
+    # 4 steps a call, checkpoints every 5 and a stop at 13: each is hit exactly, and the
+    # resumed run ends with the weights of an uninterrupted one (same batches, same order).
+    first, _ = _weights_after(4, str(tmp_path), max_steps=13, checkpoint_every=5)
+    assert first.interrupted and first.steps_done == 13
+    saved = sorted(int(p.split("-")[-1].split(".")[0]) for p in os.listdir(tmp_path / "ckpt")
+                   if p.endswith(".index"))
+    assert saved == [10, 13]  # max_to_keep 2: 5, 10, then the stop at 13
+    resumed, weights = _weights_after(4, str(tmp_path), checkpoint_every=5)
+    assert not resumed.interrupted and resumed.steps_done == 52
+    _, uninterrupted = _weights_after(1)
+    for a, b in zip(uninterrupted, weights):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_steps_per_execution_is_checked():
+    ds, _ = make_dataset()
+    with pytest.raises(ValueError, match="steps_per_execution must be a positive int"):
+        Trainer(make_model(), ds, model_dir=None, steps_per_execution=0)
+    with pytest.raises(ValueError, match="on_batch sees every batch"):
+        Trainer(make_model(), ds, model_dir=None, steps_per_execution=2, on_batch=print)

@@ -55,11 +55,28 @@ def batch_weight(batch) -> float:
     return float(tf.size(labels[0]).numpy()) if labels else 0.0
 
 
+def _graph_batch_weight(batch) -> tf.Tensor:
+    """``batch_weight`` in the graph: float64 scalar."""
+    if len(batch) > 2 and batch[2] is not None:
+        return tf.add_n([tf.reduce_sum(tf.cast(w, tf.float64)) for w in tf.nest.flatten(batch[2])])
+    labels = tf.nest.flatten(batch[1])
+    return tf.cast(tf.size(labels[0]), tf.float64) if labels else tf.constant(0.0, tf.float64)
+
+
 class _EpochMeans:
     """Running weighted means of the per-step logs over one epoch."""
 
     def __init__(self):
         self.sums, self.total = {}, 0.0
+
+    def add_sums(self, sums: dict, weight: float) -> dict:
+        """Several steps at once: ``sums`` holds each log times its step's weight, summed;
+        ``weight`` the steps' weights summed."""
+        if weight > 0:
+            self.total += weight
+            for k, v in sums.items():
+                self.sums[k] = self.sums.get(k, 0.0) + v
+        return {k: v / self.total for k, v in self.sums.items()} if self.total else {}
 
     def add(self, logs: dict, weight: float) -> dict:
         if weight > 0:
@@ -118,6 +135,12 @@ class Trainer:
         compiled program per distinct batch shape: feed batches of a few shapes
         (``bucket_by_length(pad_to_boundary=True, fill_rows=True)``, or ``pack``), or every
         new shape compiles again. ``compiled_shapes`` counts the programs compiled so far.
+      steps_per_execution: steps run per Python call (after the first step of each ``fit``):
+        the batches are taken, trained on, counted and the stream's cursor advanced inside
+        one ``tf.function``, so a small model on a fast device is not held back by Python per
+        step. Checkpoints, ``max_steps``, signals, progress and ``on_step`` come between
+        executions (``checkpoint_every`` and ``max_steps`` are still hit exactly: an
+        execution stops at them); ``on_batch`` needs 1.
     """
 
     def __init__(self, model: keras.Model, data, *, model_dir: str | None,
@@ -125,7 +148,7 @@ class Trainer:
                  max_to_keep: int = 2, on_step: Callable | None = None,
                  on_batch: Callable | None = None, on_epoch_start: Callable | None = None,
                  stats=None, epoch_note: Callable[[], str] | None = None,
-                 jit_compile: bool = False):
+                 jit_compile: bool = False, steps_per_execution: int = 1):
         from tfseq.resumable import ResumableStream
 
         self.model = model
@@ -163,6 +186,16 @@ class Trainer:
         self.timings = {"save": [], "restore": None, "first_batch": None}
         self.jit_compile = jit_compile
         self._compiled_step = None
+        if (isinstance(steps_per_execution, bool) or not isinstance(steps_per_execution, int)
+                or steps_per_execution < 1):
+            raise ValueError("steps_per_execution must be a positive int; received "
+                             f"{steps_per_execution!r}")
+        if steps_per_execution > 1 and on_batch is not None:
+            raise ValueError("on_batch sees every batch in Python: it needs "
+                             "steps_per_execution=1")
+        self.steps_per_execution = steps_per_execution
+        self._log_keys = None     # the step's log names, from the first step
+        self._run_steps = None    # the traced multi-step function
 
     # -- checkpoints ---------------------------------------------------------------------
     @property
@@ -262,9 +295,100 @@ class Trainer:
     def _train_step(self, batch) -> dict:
         """Trains on one batch and returns its logs as floats."""
         if self.jit_compile:
-            return self._jit_train_step(batch)
-        logs = self.model.train_on_batch(*batch, return_dict=True)
-        return {k: float(v) for k, v in logs.items()}
+            logs = self._jit_train_step(batch)
+        else:
+            logs = {k: float(v) for k, v in
+                    self.model.train_on_batch(*batch, return_dict=True).items()}
+        self._log_keys = self._log_keys or tuple(logs)
+        return logs
+
+    def _show(self, bar, logs: dict, epoch: int, epoch_start: float, last_line: float,
+              verbose: int) -> float:
+        """Progress after a step (or an execution of several): the bar on a terminal, else a
+        line after ``FIRST_PROGRESS`` s and every ``PROGRESS_SECONDS``; returns when the last
+        line was written."""
+        if bar is not None:
+            with contextlib.redirect_stdout(sys.stderr):  # progress: on stderr
+                bar.update(int(self.step_in_epoch.numpy()), list(logs.items()))
+        elif verbose and time.perf_counter() - last_line >= (
+                PROGRESS_SECONDS if last_line > epoch_start else FIRST_PROGRESS):
+            last_line = time.perf_counter()
+            means_now = ", ".join(f"{k} {v:.4f}" for k, v in logs.items())
+            _progress(f"epoch {epoch + 1}: step {int(self.step_in_epoch.numpy())}, "
+                      f"{last_line - epoch_start:.0f} s; {means_now}")
+        return last_line
+
+    # -- several steps per Python call -------------------------------------------------
+    def _steps_graph(self, iterator, k):
+        """Up to ``k`` (int64 scalar) training steps on ``iterator``'s next batches, in one
+        graph: each batch trained on (a stream's empty batches only advance its cursor),
+        counted, and the stream's cursor, counts and ``stats`` advanced as ``_took`` does.
+
+        Returns:
+          ``(steps, ended, weight, sums)``: int64 steps trained, bool whether the epoch's
+          batches ran out, float64 the batches' summed weight (``batch_weight``), float64
+          ``[len(log keys)]`` each log times its batch's weight, summed.
+        """
+        keys, stream, model = self._log_keys, self.stream, self.model
+        zero = tf.constant(0.0, tf.float64)
+
+        def train(batch):
+            model.reset_metrics()  # each step's logs are its own, as train_on_batch gives
+            logs = (self._compiled_step(tuple(batch)) if self.jit_compile
+                    else model.train_step(tuple(batch)))
+            weight = _graph_batch_weight(batch)
+            return (tf.constant(1, tf.int64), weight,
+                    tf.stack([tf.cast(logs[key], tf.float64) * weight for key in keys]))
+
+        def skip():
+            return tf.constant(0, tf.int64), zero, tf.zeros([len(keys)], tf.float64)
+
+        def take(element):
+            if stream is None:
+                return train(element)
+            batch, meta = element
+            steps, weight, sums = tf.cond(meta["examples"] > 0, lambda: train(batch), skip)
+            with tf.control_dependencies([steps]):
+                updates = [stream.shard.assign(meta["shard"]),
+                           stream.offset.assign(meta["offset"]),
+                           stream.batches.assign(meta["index"] + 1)]
+                updates += [stream.counter.variable(key).assign_add(meta["counts"][i])
+                            for i, key in enumerate(stream.count_keys)]
+                if self.stats is not None:
+                    updates += [self.stats.real_tokens.assign_add(meta["tokens"]),
+                                self.stats.cells.assign_add(meta["cells"]),
+                                self.stats.examples.assign_add(meta["examples"]),
+                                self.stats.batches.assign_add(steps)]
+            with tf.control_dependencies(updates):
+                return tf.identity(steps), tf.identity(weight), tf.identity(sums)
+
+        def body(done, ended, weight, sums):
+            optional = iterator.get_next_as_optional()
+            steps, w, s = tf.cond(optional.has_value(), lambda: take(optional.get_value()),
+                                  skip)
+            with tf.control_dependencies([steps]):
+                counted = [self.step_in_epoch.assign_add(steps),
+                           self.global_step.assign_add(steps)]
+            with tf.control_dependencies(counted):
+                return (done + steps, tf.logical_not(optional.has_value()), weight + w,
+                        sums + s)
+
+        return tf.while_loop(
+            lambda done, ended, weight, sums: (done < k) & tf.logical_not(ended), body,
+            (tf.constant(0, tf.int64), tf.constant(False), zero,
+             tf.zeros([len(keys)], tf.float64)))
+
+    def _steps(self, k: int):
+        """Runs ``_steps_graph`` for up to ``k`` steps; returns ``(steps, ended, weight,
+        {log: weighted sum})``."""
+        if self._run_steps is None:
+            if self.stream is not None:  # counter variables made outside the trace
+                for key in self.stream.count_keys:
+                    self.stream.counter.variable(key)
+            self._run_steps = tf.function(self._steps_graph, autograph=False)
+        steps, ended, weight, sums = self._run_steps(self._iterator, tf.constant(k, tf.int64))
+        return (int(steps), bool(ended), float(weight),
+                dict(zip(self._log_keys, sums.numpy().tolist())))
 
     @property
     def compiled_shapes(self) -> int:
@@ -343,6 +467,27 @@ class Trainer:
                             logging.warning("%s received: saved %s and stopped", flag.raised, path)
                         return TrainResult(epoch, int(self.global_step.numpy()), True, history,
                                            time.perf_counter() - start, flag.raised)
+                    if self.steps_per_execution > 1 and steps_this_call and self._log_keys:
+                        k = self.steps_per_execution
+                        if max_steps is not None:
+                            k = min(k, max_steps - steps_this_call)
+                        if self.checkpoint_every:
+                            k = min(k, self.checkpoint_every
+                                    - int(self.global_step.numpy()) % self.checkpoint_every)
+                        steps, ended, weight, sums = self._steps(k)
+                        if steps:
+                            logs = means.add_sums(sums, weight)
+                            steps_this_call += steps
+                            last_line = self._show(bar, logs, epoch, epoch_start, last_line,
+                                                   verbose)
+                            if self.on_step:
+                                self.on_step(int(self.global_step.numpy()), logs)
+                            if self.checkpoint_every and int(
+                                    self.global_step.numpy()) % self.checkpoint_every == 0:
+                                self.save()
+                        if ended:
+                            break
+                        continue
                     try:
                         batch = self._next_batch()
                     except StopIteration:
@@ -364,15 +509,7 @@ class Trainer:
                     self.global_step.assign_add(1)
                     steps_this_call += 1
                     _fault_point("after_step", int(self.global_step.numpy()))
-                    if show_bar:
-                        with contextlib.redirect_stdout(sys.stderr):  # progress: on stderr
-                            bar.update(int(self.step_in_epoch.numpy()), list(logs.items()))
-                    elif verbose and time.perf_counter() - last_line >= (
-                                PROGRESS_SECONDS if last_line > epoch_start else FIRST_PROGRESS):
-                        last_line = time.perf_counter()
-                        means_now = ", ".join(f"{k} {v:.4f}" for k, v in logs.items())
-                        _progress(f"epoch {epoch + 1}: step {int(self.step_in_epoch.numpy())}, "
-                                  f"{last_line - epoch_start:.0f} s; {means_now}")
+                    last_line = self._show(bar, logs, epoch, epoch_start, last_line, verbose)
                     if self.on_step:
                         self.on_step(int(self.global_step.numpy()), logs)
                     if self.checkpoint_every and int(self.global_step.numpy()) % self.checkpoint_every == 0:
@@ -536,6 +673,9 @@ class ReplicaTrainer(Trainer):
 
     def __init__(self, model: keras.Model, strategy: tf.distribute.Strategy,
                  parts_ds: tf.data.Dataset, **kwargs):
+        if kwargs.get("steps_per_execution", 1) > 1:
+            raise ValueError("steps_per_execution > 1 is supported by Trainer (one replica) "
+                             "only")
         if kwargs.get("jit_compile"):
             raise ValueError("jit_compile=True is supported by Trainer (one replica) only; "
                              "ReplicaTrainer steps run without XLA")
