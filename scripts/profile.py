@@ -4,6 +4,7 @@ Usage:
   tfseq-profile                                   # the embedded corpus
   tfseq-profile --files='data/*.gz' --field=-1 --batching=pack --num_splits=4
   tfseq-profile --model_step_ms=120 --trace_dir=/tmp/trace   # + TensorBoard trace
+  tfseq-profile --task=tag --train_files=train.conll --columns=token,_,tag
 
 For each prefix of the pipeline (read, field, clean, tokenize, filter, shuffle, batch, split,
 prefetch) it runs one pass over the data in the graph and prints examples/s and real tokens/s
@@ -13,6 +14,13 @@ batching stage (the fast path); ``--read_batch=0`` profiles the one-example-at-a
 composition. ``--model_step_ms`` says whether the full pipeline keeps up with a model of that step
 time. ``--trace_dir`` writes a profiler trace of the full pipeline (view it with TensorBoard's
 profile plugin: ``pip install tfseq[profile]``).
+
+With ``--task`` it profiles that task's own training input, as ``tfseq-train`` builds it from
+the same flags (``--train_files``, ``--format``, ``--columns``, ``--header``, ``--batching``,
+``--max_tokens``, ``--max_length``, ``--block_length``, ``--batch_size``; the task's defaults
+for those not given): the records read from the shuffle shards, the task's encoding of them,
+and the whole resumable training stream (encode, pools, batching, the model's features). The
+vocabulary and shards are prepared in a temporary directory first, as a new run would.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from absl import flags  # noqa: E402
 from tfseq.formats import RECORD_FORMATS  # noqa: E402
 
 FLAGS = flags.FLAGS
+flags.DEFINE_enum("task", None, ["classify", "lm", "translate", "tag"],
+                  "Profile this task's training input as tfseq-train builds it.")
 flags.DEFINE_list("files", [], "Text files or globs (default: the embedded English corpus).")
 flags.DEFINE_list("train_files", [], "Your files (as tfseq-train): their text column is "
                   "profiled ('text', or the first of source, target, tokens, token).")
@@ -188,12 +198,124 @@ def user_format(files):
                               required=(text_column(),), allowed=names)
 
 
+# Profile flags that set the task's Config field of the same name (when given).
+TASK_FLAGS = ("train_files", "format", "columns", "header", "batching", "max_tokens",
+              "max_length", "block_length", "batch_size")
+
+
+def task_config(task):
+    """The task's Config from the flags given (``TASK_FLAGS``), as tfseq-train makes it."""
+    import dataclasses
+
+    from tfseq.pipelines import flag_config
+
+    fields = {f.name for f in dataclasses.fields(task.Config)}
+    values = {}
+    for name in TASK_FLAGS:
+        if not FLAGS[name].present:
+            continue
+        value = FLAGS[name].value
+        if name not in fields:
+            raise flags.ValidationError(f"--{name} is not used by --task={FLAGS.task}")
+        if name in ("train_files", "columns"):
+            value = tuple(value)
+        if name == "train_files":
+            value, weights = flag_config._split_weights(value, "--train_files")
+            value = flag_config.absolute(value)
+            if weights:
+                values["train_weights"] = weights
+        values[name] = value
+    return task.Config(**values)
+
+
+def task_stages(task_name, model_dir):
+    """``[(name, dataset, count)]`` of the task's training input: records read, encoded,
+    and the whole training stream; ``count(element) -> (examples, real tokens)``."""
+    import tensorflow as tf
+
+    import tfseq
+    from tfseq.pipelines import runs, tasks
+
+    task = tasks.load(task_name)
+    config = task_config(task)
+    run = runs.open_run(model_dir, task, config, model_config=task.model_config(),
+                        write=lambda line: print(line, flush=True))
+    counter = tfseq.DropCounter("train")
+    stream = task.training_stream(config, run.state, counter, run.shards)
+    inputs = task.features.inputs
+
+    def records():
+        return run.shards.epoch_batches(0, 0, 0, stream.read_batch).map(
+            lambda batch, *_: batch)
+
+    def encoded_counts(examples):
+        present = [k for k in inputs if k in examples] or [
+            k for k, v in examples.items() if isinstance(v, tf.RaggedTensor)][:1]
+        first = examples[present[0]]
+        return first.nrows(out_type=tf.int64), tf.add_n(
+            [tf.size(examples[k].flat_values, out_type=tf.int64) for k in present])
+
+    def stream_counts(element):
+        _, meta = element
+        return meta["examples"], meta["tokens"]
+
+    return counter, [
+        ("read records", records(),
+         lambda batch: (tf.size(batch, out_type=tf.int64), tf.constant(0, tf.int64))),
+        (f"encode ({task_name})", records().map(stream.encode,
+                                                num_parallel_calls=tf.data.AUTOTUNE),
+         encoded_counts),
+        (f"train stream ({config.batching})", stream.dataset(), stream_counts),
+    ]
+
+
+def profile_task():
+    """Rows of the ``--task`` profile, the counter, and the last stage's dataset."""
+    import tempfile
+
+    import tensorflow as tf
+
+    rows, previous = [], None
+    with tempfile.TemporaryDirectory(prefix="tfseq_profile_") as tmp:
+        counter, staged = task_stages(FLAGS.task, os.path.join(tmp, "run"))
+        for name, ds, count in staged:
+            best = None
+            for _ in range(FLAGS.repeats):
+                counter.reset()  # the drops of one pass (the stream's own stay on its tapes)
+                start = time.perf_counter()
+                examples, tokens, elements = ds.with_options(options()).reduce(
+                    (tf.constant(0, tf.int64),) * 3,
+                    lambda acc, el, c=count: tuple(
+                        a + b for a, b in zip(acc, (*c(el), tf.constant(1, tf.int64)))))
+                result = (time.perf_counter() - start, int(examples), int(tokens),
+                          int(elements))
+                best = result if best is None or result[0] < best[0] else best
+            previous = _row(rows, name, best, previous)
+    return rows, counter, None
+
+
+def _row(rows, name, best, previous):
+    """Appends a stage's row (``best``: seconds, examples, tokens, elements); returns its
+    milliseconds per 1,000 examples."""
+    seconds, examples, tokens, elements = best
+    per_1k = 1e6 * seconds / max(examples, 1)
+    rows.append({"stage": name, "seconds": seconds, "examples": examples, "elements": elements,
+                 "real_tokens": tokens, "examples_per_s": examples / seconds,
+                 "tokens_per_s": tokens / seconds if tokens else None,
+                 "ms_per_1k_examples": per_1k, "stage_ms_per_1k": per_1k - (previous or 0.0)})
+    return per_1k
+
+
 def main(argv):
     del argv
     import tensorflow as tf
 
     import tfseq
 
+    if FLAGS.task:
+        rows, counter, ds = profile_task()
+        report(rows, counter, ds)
+        return
     if FLAGS.train_files:
         from tfseq import formats
 
@@ -215,14 +337,13 @@ def main(argv):
         for _ in range(FLAGS.repeats):
             result = run_pass(ds.with_options(options()))
             best = result if best is None or result[0] < best[0] else best
-        seconds, examples, tokens, elements = best
-        per_1k = 1e6 * seconds / max(examples, 1)  # milliseconds per 1,000 examples
-        rows.append({"stage": name, "seconds": seconds, "examples": examples, "elements": elements,
-                     "real_tokens": tokens, "examples_per_s": examples / seconds,
-                     "tokens_per_s": tokens / seconds if tokens else None,
-                     "ms_per_1k_examples": per_1k,
-                     "stage_ms_per_1k": per_1k - (previous or 0.0)})
-        previous = per_1k
+        previous = _row(rows, name, best, previous)
+    report(rows, counter, ds)
+
+
+def report(rows, counter, ds):
+    """Prints the table (and the model check, the trace, the JSON) of the profiled stages."""
+    import tensorflow as tf
 
     print(f"\n{'after stage':18s} {'examples/s':>11s} {'tokens/s':>11s} {'elements':>9s} "
           f"{'ms/1k ex':>9s} {'stage adds':>11s}")
@@ -246,7 +367,7 @@ def main(argv):
         print(f"pipeline: {batch_ms:.2f} ms per batch vs model step {FLAGS.model_step_ms:.2f} ms -> "
               + ("WOULD STARVE the model: speed up the stage marked slowest"
                  if starves else f"keeps up ({FLAGS.model_step_ms / batch_ms:.1f}x headroom)"))
-    if FLAGS.trace_dir:
+    if FLAGS.trace_dir and ds is not None:
         tf.profiler.experimental.start(FLAGS.trace_dir)
         run_pass(ds.with_options(options()))
         tf.profiler.experimental.stop()

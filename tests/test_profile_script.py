@@ -10,11 +10,12 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_script(name, *args, timeout=600):
+def run_script(name, *args, timeout=600, check=True):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", name), *args],
                          capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
+    if check:
+        assert out.returncode == 0, out.stderr[-3000:]
     return out
 
 
@@ -101,6 +102,38 @@ def test_profile_reads_a_conll_file_by_its_token_column(tmp_path):
     rows = json.loads((tmp_path / "p.json").read_text())["rows"]
     assert {r["examples"] for r in rows} == {2}  # two sentences, their tokens the text
     assert rows[-1]["real_tokens"] == 5
+
+
+@pytest.mark.slow
+def test_profile_task_tag_profiles_the_training_stream_of_a_conll_file(tmp_path):
+    # 40 sentences (every 10th held out by its hash): the stream trains every encoded
+    # sentence once, and its real tokens are the encoded tokens.
+    sentences = []
+    for i in range(40):
+        words = [f"w{(i * 7 + j) % 13}" for j in range(i % 5 + 2)]
+        sentences.append("\n".join(f"{w}\tNN\t{'B-X' if j == 0 else 'O'}"
+                                   for j, w in enumerate(words)))
+    conll = tmp_path / "train.conll"
+    conll.write_text("\n\n".join(sentences) + "\n\n")
+    run_script("profile.py", "--task=tag", f"--train_files={conll}", "--columns=token,_,tag",
+               "--repeats=1", f"--json_out={tmp_path / 'p.json'}")
+    rows = json.loads((tmp_path / "p.json").read_text())["rows"]
+    assert [r["stage"] for r in rows] == ["read records", "encode (tag)",
+                                          "train stream (bucket)"]
+    assert rows[0]["examples"] == 40  # every sentence read
+    assert 30 <= rows[1]["examples"] < 40  # the held-out ones dropped as other_split
+    assert rows[2]["examples"] == rows[1]["examples"]
+    assert rows[2]["real_tokens"] == rows[1]["real_tokens"] > 0
+
+
+def test_profile_task_refuses_a_budget_as_training_does(tmp_path):
+    # The task's own checks, in the one-line error style: no traceback.
+    out = run_script("profile.py", "--task=classify", "--max_tokens=100", "--max_length=128",
+                     "--repeats=1", check=False)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == (
+        "tfseq-profile: error: max_tokens=100 cannot hold one example of 128 tokens "
+        "(max_length); raise max_tokens or lower max_length")
 
 
 @pytest.mark.slow
