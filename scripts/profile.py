@@ -36,7 +36,7 @@ from absl import flags  # noqa: E402
 from tfseq.formats import RECORD_FORMATS  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("task", None, ["classify", "lm", "translate", "tag"],
+flags.DEFINE_enum("task", None, ["classify", "lm", "translate", "tag", "documents", "ctr"],
                   "Profile this task's training input as tfseq-train builds it.")
 flags.DEFINE_list("files", [], "Text files or globs (default: the embedded English corpus).")
 flags.DEFINE_list("train_files", [], "Your files (as tfseq-train): their text column is "
@@ -238,6 +238,10 @@ def task_stages(task_name, model_dir):
 
     task = tasks.load(task_name)
     config = task_config(task)
+    if task_name in tasks.OWN:  # a pipeline of its own: its training dataset, whole
+        train_ds, _, _ = task.pipeline.datasets(config)
+        return tfseq.DropCounter("train"), [(f"train dataset ({task_name})", train_ds,
+                                             _batch_rows)]
     run = runs.open_run(model_dir, task, config, model_config=task.model_config(),
                         write=lambda line: print(line, flush=True))
     counter = tfseq.DropCounter("train")
@@ -267,6 +271,15 @@ def task_stages(task_name, model_dir):
          encoded_counts),
         (f"train stream ({config.batching})", stream.dataset(), stream_counts),
     ]
+
+
+def _batch_rows(element):
+    """(rows of the element's first tensor, 0 tokens): the examples of any batch."""
+    import tensorflow as tf
+
+    first = tf.nest.flatten(element, expand_composites=False)[0]
+    rows = first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
+    return tf.cast(rows, tf.int64), tf.constant(0, tf.int64)
 
 
 def profile_task():

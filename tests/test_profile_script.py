@@ -126,6 +126,15 @@ def test_profile_task_tag_profiles_the_training_stream_of_a_conll_file(tmp_path)
     assert rows[2]["real_tokens"] == rows[1]["real_tokens"] > 0
 
 
+@pytest.mark.slow
+def test_profile_task_ctr_profiles_its_own_pipeline(tmp_path):
+    # A task off the spine: its training dataset, whole, one row.
+    run_script("profile.py", "--task=ctr", "--repeats=1", f"--json_out={tmp_path / 'p.json'}")
+    rows = json.loads((tmp_path / "p.json").read_text())["rows"]
+    assert [r["stage"] for r in rows] == ["train dataset (ctr)"]
+    assert rows[0]["examples"] > rows[0]["elements"] > 1
+
+
 def test_profile_task_refuses_a_budget_as_training_does(tmp_path):
     # The task's own checks, in the one-line error style: no traceback.
     out = run_script("profile.py", "--task=classify", "--max_tokens=100", "--max_length=128",
