@@ -171,3 +171,12 @@ def test_static_shapes_of_a_resumable_streams_pool_batcher():
         shapes = {tuple(batcher.finish(b)["ids"].shape)
                   for b in tf.data.Dataset.from_tensor_slices(out)}
         assert shapes == expect, mode
+
+
+def test_padded_lengths_of_bucket_widths_and_an_unbounded_case():
+    b = Bucketer(max_tokens=256, bucket_width=16, max_length=40, pad_to_boundary=True,
+                 fill_rows=True)
+    assert b.padded_lengths == (16, 32, 40) and b.num_shapes == 3
+    # rows by a fixed batch_size and no max_length: lengths without a bound, no budget
+    unbounded = Bucketer(batch_size=8, bucket_width=16, pad_to_boundary=True, fill_rows=True)
+    assert unbounded.padded_lengths is None and unbounded.num_shapes is None

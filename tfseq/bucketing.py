@@ -369,9 +369,9 @@ def bucket_by_length(
     return Bucketer(max_tokens=max_tokens, batch_size=batch_size, boundaries=boundaries,
                     bucket_width=bucket_width, max_length=max_length,
                     batch_multiple=batch_multiple, pad_to_boundary=pad_to_boundary,
-                    fill_rows=fill_rows, length_noise=length_noise, pool_size=pool_size, pool_tokens=pool_tokens,
-                    shuffle=shuffle, seed=seed, num_parallel_pools=num_parallel_pools,
-                    counter=counter).transform
+                    fill_rows=fill_rows, length_noise=length_noise, pool_size=pool_size,
+                    pool_tokens=pool_tokens, shuffle=shuffle, seed=seed,
+                    num_parallel_pools=num_parallel_pools, counter=counter).transform
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -419,23 +419,27 @@ class Bucketer:
 
     @property
     def padded_lengths(self) -> tuple[int, ...] | None:
-        """Every padded length a batch can have with ``pad_to_boundary`` (None without it)."""
+        """Every padded length a batch can have with ``pad_to_boundary``; None without it,
+        or with ``bucket_width`` and no ``max_length`` (no bound)."""
         if not self.pad_to_boundary:
             return None
         if self.boundaries is not None:
             return tuple(self.boundaries) + (
                 (self.max_length,) if self.max_length > self.boundaries[-1] else ())
         if self.bucket_width is not None:
-            w = self.bucket_width
-            return tuple(min(k * w, self.max_length) for k in range(1, -(-self.max_length // w) + 1))
+            if self.max_length is None:
+                return None
+            w, longest = self.bucket_width, self.max_length
+            return tuple(min(k * w, longest) for k in range(1, -(-longest // w) + 1))
         return (self.max_length,)
 
     @property
     def num_shapes(self) -> int | None:
         """With ``fill_rows``: the most distinct batch shapes an epoch can have (one per
         padded length); None otherwise (any row count and, without ``pad_to_boundary``, any
-        length)."""
-        return len(self.padded_lengths) if self.fill_rows else None
+        length), or when the padded lengths have no bound."""
+        lengths = self.padded_lengths
+        return len(lengths) if self.fill_rows and lengths is not None else None
 
     def full_rows(self, width: tf.Tensor) -> tf.Tensor:
         """int32 scalar: the rows of a full batch padded to ``width`` (int32 scalar)."""
