@@ -72,27 +72,10 @@ flags.DEFINE_string("_child_out", None, "Internal: a child's JSON output file.")
 
 
 def default_files(out_dir: str) -> list[str]:
-    """The embedded corpus' text fields (both languages), cut into ``--files_out`` files."""
-    import gzip
+    """The embedded corpus' text fields cut into ``--files_out`` files."""
+    from tfseq.scripts import embedded_text_files
 
-    import tfseq
-
-    paths = [tfseq.corpus_path()]
-    spanish = os.path.join(os.path.dirname(paths[0]), "rv1909_es.tsv.gz")
-    if os.path.exists(spanish):
-        paths.append(spanish)
-    lines = []
-    for path in paths:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            lines += [line.rstrip("\n").split("\t")[-1] for line in f]
-    n = FLAGS.files_out
-    files = []
-    for i in range(n):
-        name = os.path.join(out_dir, f"part{i:02d}.txt")
-        with open(name, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines[i::n]) + "\n")
-        files.append(name)
-    return files
+    return embedded_text_files(out_dir, FLAGS.files_out)
 
 
 def _text_of(lines, field):

@@ -45,26 +45,11 @@ flags.DEFINE_string("json_out", None, "Write the rows here as JSON.")
 flags.DEFINE_string("_child_out", None, "Internal: a child's JSON output file.")
 
 
-def corpus_files(out_dir):
-    import gzip
+def corpus_files(out_dir: str) -> list[str]:
+    """The embedded corpus' text fields cut into ``--files_out`` files."""
+    from tfseq.scripts import embedded_text_files
 
-    import tfseq
-
-    paths = [tfseq.corpus_path()]
-    spanish = os.path.join(os.path.dirname(paths[0]), "rv1909_es.tsv.gz")
-    if os.path.exists(spanish):
-        paths.append(spanish)
-    lines = []
-    for path in paths:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            lines += [line.rstrip("\n").split("\t")[-1] for line in f]
-    files = []
-    for i in range(FLAGS.files_out):
-        name = os.path.join(out_dir, f"part{i:02d}.txt")
-        with open(name, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines[i::FLAGS.files_out]) + "\n")
-        files.append(name)
-    return files
+    return embedded_text_files(out_dir, FLAGS.files_out)
 
 
 def variants(files, vocab, cores):
