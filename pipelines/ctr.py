@@ -38,6 +38,7 @@ import tfseq
 from tfseq import multislot
 from tfseq._common import check_positive_int
 from tfseq.multislot import Slot
+from tfseq.replay import ReplayStream, epoch_seed
 
 SLOTS = (
     Slot("click", "uint64", "dense", (1,)),
@@ -174,18 +175,75 @@ def generate(data_dir: str, *, num_files: int = 4, examples_per_file: int = 5000
             "oracle_auc": auc(labels, probabilities)}
 
 
+class ServedClicks(tf.Module):
+    """``line`` tf.string [B], MultiSlot lines -> ``probability`` float32 [B] (of a click) and
+    ``valid`` bool [B].
+
+    A line has the training files' slots, with or without the ``click`` slot first (its value
+    is not read). A line that parses neither way is not valid and gets probability 0.
+    """
+
+    def __init__(self, model):
+        super().__init__()
+        # The model's variables are tracked, the model itself is not: a Keras model saved as
+        # a child would add its own signature, which cannot take ragged inputs.
+        self.weights = list(model.variables)
+        self.model = lambda features: model(features, training=False)
+        self.feature_slots = tuple(s for s in SLOTS if s.name != LABEL)
+        self.serve = tf.function(self._serve, input_signature=[
+            tf.TensorSpec([None], tf.string, name="line")])
+
+    def _serve(self, line):
+        labelled, errors, _ = multislot.parse(line, SLOTS)
+        bare, bare_errors, _ = multislot.parse(line, self.feature_slots)
+        use_labelled = tf.equal(errors, 0)
+        valid = use_labelled | tf.equal(bare_errors, 0)
+
+        def pick(a, b):
+            if isinstance(a, tf.RaggedTensor):  # row by row: a ragged where
+                rows = tf.where(use_labelled, tf.range(tf.shape(line)[0]),
+                                tf.shape(line)[0] + tf.range(tf.shape(line)[0]))
+                return tf.gather(tf.concat([a, b], axis=0), rows)
+            mask = tf.reshape(use_labelled, [-1] + [1] * (a.shape.rank - 1))
+            return tf.where(mask, a, b)
+
+        features = {s.name: pick(labelled[s.name], bare[s.name]) for s in self.feature_slots}
+        logit = tf.cast(tf.reshape(self.model(features), [-1]), tf.float32)
+        probability = tf.where(valid, tf.sigmoid(logit), 0.0)
+        return {"probability": probability, "valid": valid}
+
+
+def serving_module(config: Config, info: dict, model, asset_dir: str):
+    """``(ServedClicks, serving.json fields)`` for an export of a trained model."""
+    return ServedClicks(model), {"input": "line", "outputs": ["probability", "valid"],
+                                 "slots": [s.name for s in SLOTS]}
+
+
 def _to_model_inputs(example):
     features = {k: v for k, v in example.items() if k != LABEL}
     return features, tf.cast(tf.reshape(example[LABEL], [-1]), tf.float32)
 
 
+def _count(batch):
+    """A batch's ids over the id slots (tokens; cells: the same, ragged) and examples."""
+    features, labels = batch
+    ids = tf.add_n([tf.size(v.flat_values) for v in features.values()
+                    if isinstance(v, tf.RaggedTensor)])
+    return ids, ids, tf.size(labels)
+
+
 def datasets(config: Config = Config(), counters: dict | None = None):
     """Train and eval batches for ``model.fit``.
 
+    The training lines are read again every epoch, in file order, and shuffled with a seed of
+    the epoch alone, so an epoch is rebuilt exactly from its number: ``info["train_stream"]``
+    is that ``tfseq.replay.ReplayStream`` (what ``Trainer`` resumes from two integers); the
+    returned ``train_ds`` draws a new epoch key per iteration.
+
     Returns:
       ``(train_ds, eval_ds, info)``; ``info`` has ``slots``, ``label``, ``counters``
-      (``{"train": DropCounter, "eval": DropCounter}``), ``files`` and, for generated data,
-      ``oracle_auc``.
+      (``{"train": DropCounter, "eval": DropCounter}``), ``files``, ``train_stream`` and, for
+      generated data, ``oracle_auc``.
 
     Raises:
       ValueError: ``files`` given without ``eval_files``.
@@ -208,13 +266,17 @@ def datasets(config: Config = Config(), counters: dict | None = None):
     info["files"] = files
     out = {}
     for split in ("train", "eval"):
-        training = split == "train"
-        ds = multislot.read(files[split], SLOTS, on_error="drop", counter=counters[split],
-                            num_parallel_reads=config.num_parallel_reads,
-                            deterministic=None if not training else False)
-        ds = ds.cache()
-        if training:
-            ds = ds.shuffle(config.shuffle_buffer, seed=config.seed, reshuffle_each_iteration=True)
-        ds = ds.ragged_batch(config.batch_size).map(_to_model_inputs)
-        out[split] = ds.prefetch(tf.data.AUTOTUNE)
-    return out["train"], out["eval"], info
+        # In file order (deterministic) for both: an epoch is rebuilt from its number.
+        out[split] = multislot.read(files[split], SLOTS, on_error="drop",
+                                    counter=counters[split],
+                                    num_parallel_reads=config.num_parallel_reads,
+                                    deterministic=True)
+
+    def train_epoch(epoch):
+        lines = out["train"].shuffle(config.shuffle_buffer, seed=epoch_seed(config.seed, epoch))
+        return lines.ragged_batch(config.batch_size).map(_to_model_inputs)
+
+    stream = ReplayStream(train_epoch, count=_count, seed=config.seed)
+    info["train_stream"] = stream
+    eval_ds = out["eval"].cache().ragged_batch(config.batch_size).map(_to_model_inputs)
+    return stream.dataset(), eval_ds.prefetch(tf.data.AUTOTUNE), info

@@ -36,15 +36,17 @@ from __future__ import annotations
 import collections
 import dataclasses
 import gzip
+import os
 
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 import tfseq
-from tfseq import formats
+from tfseq import formats, serving
 from tfseq._common import check_positive_int
 from tfseq.corpus import BOOK_TO_SECTION, SECTION_NAMES
 from tfseq.reading import resolve_files, verify_gzip
+from tfseq.replay import ReplayStream, epoch_seed
 from tfseq.stats import resolve_counter
 from tfseq.text import get_tokenizer
 
@@ -269,12 +271,24 @@ def build_vocab(config: Config) -> tfseq.Vocab:
     return tfseq.Vocab.build(sentences, min_count=config.min_count, max_size=config.max_vocab)
 
 
+def _count(batch):
+    """A batch's real tokens (words), cells (the same: ragged) and examples (documents)."""
+    features, labels = batch
+    words = tf.size(features["ids"].flat_values)
+    return words, words, tf.size(labels)
+
+
 def datasets(config: Config = Config(), counters: dict | None = None):
     """Train and eval datasets of document batches for ``model.fit``.
 
+    The training documents are read again every epoch and shuffled with a seed of the epoch
+    alone (``tfseq.replay.epoch_seed``), so an epoch is rebuilt exactly from its number:
+    ``info["train_stream"]`` is that ``tfseq.replay.ReplayStream`` (what ``Trainer`` resumes
+    from two integers); the returned ``train_ds`` draws a new epoch key per iteration.
+
     Returns:
-      ``(train_ds, eval_ds, info)``; ``info`` has ``vocab``, ``num_classes``, ``class_names``
-      and ``counters`` (``{"train": DropCounter, "eval": DropCounter}``).
+      ``(train_ds, eval_ds, info)``; ``info`` has ``vocab``, ``num_classes``, ``class_names``,
+      ``counters`` (``{"train": DropCounter, "eval": DropCounter}``) and ``train_stream``.
     """
     check_positive_int("batch_size", config.batch_size)
     check_positive_int("max_sentences", config.max_sentences, allow_none=True)
@@ -282,7 +296,7 @@ def datasets(config: Config = Config(), counters: dict | None = None):
     counters = counters or {"train": tfseq.DropCounter("train"), "eval": tfseq.DropCounter("eval")}
     vocab = build_vocab(config)
     to_ids = encode(vocab, lowercase=config.lowercase)
-    out = {}
+    examples = {}
     for split in ("train", "eval"):
         counter = counters[split]
         counter.register("too_many_sentences", "too_long_sentence")
@@ -290,7 +304,7 @@ def datasets(config: Config = Config(), counters: dict | None = None):
         docs = docs.map(lambda d: {"ids": to_ids(d["sentences"]), "label": d["label"]},
                         num_parallel_calls=tf.data.AUTOTUNE)
 
-        def keep(d):
+        def keep(d, counter=counter):
             checks = {}
             if config.max_sentences:
                 checks["too_many_sentences"] = d["ids"].nrows() > config.max_sentences
@@ -301,16 +315,72 @@ def datasets(config: Config = Config(), counters: dict | None = None):
 
         if config.max_sentences or config.max_words:
             docs = docs.filter(keep)
-        docs = docs.cache()
-        if split == "train":
-            docs = docs.shuffle(config.shuffle_buffer, seed=config.seed,
-                                reshuffle_each_iteration=True)
+        examples[split] = docs
+
+    def batches(docs):
         docs = docs.ragged_batch(config.batch_size)
-        out[split] = docs.map(lambda b: ({"ids": b["ids"]}, b["label"])).prefetch(
-            tf.data.AUTOTUNE)
+        return docs.map(lambda b: ({"ids": b["ids"]}, b["label"]))
+
+    def train_epoch(epoch):
+        return batches(examples["train"].shuffle(
+            config.shuffle_buffer, seed=epoch_seed(config.seed, epoch)))
+
+    stream = ReplayStream(train_epoch, count=_count, seed=config.seed)
+    eval_ds = batches(examples["eval"].cache()).prefetch(tf.data.AUTOTUNE)
     info = {"vocab": vocab, "num_classes": len(config.class_names),
-            "class_names": tuple(config.class_names), "counters": counters}
-    return out["train"], out["eval"], info
+            "class_names": tuple(config.class_names), "counters": counters,
+            "train_stream": stream}
+    return stream.dataset(), eval_ds, info
+
+
+class ServedDocuments(tf.Module):
+    """``text`` tf.string [B], one document each (its sentences one per line, ``\n``-separated;
+    blank lines and surrounding whitespace ignored, no label line) -> ``label`` tf.string [B]
+    and ``probabilities`` float32 [B, C] (``labels.txt`` order). A document with no sentence
+    gets label ``""`` and zero probabilities.
+
+    Args:
+      model: the trained hierarchical classifier (``{"ids": int32 [B, (S), (W)]}`` -> logits).
+      encoder: a ``tfseq.serving.TextEncoder`` with the training vocabulary and case folding.
+      class_names: the labels, in the model's output order.
+      asset_dir: where ``labels.txt`` is written until the export is saved.
+    """
+
+    def __init__(self, model, encoder, class_names, asset_dir: str):
+        super().__init__()
+        # The model's variables are tracked, the model itself is not: a Keras model saved as
+        # a child would add its own signature, which cannot take ragged inputs.
+        self.weights = list(model.variables)
+        self.model = lambda inputs: model(inputs, training=False)
+        self.encoder = encoder
+        path = os.path.join(asset_dir, serving.ASSET_LABELS)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(f"{name}\n" for name in class_names))
+        self.labels_file = tf.saved_model.Asset(path)
+        self.labels = tf.constant(list(class_names))
+        self.serve = tf.function(self._serve, input_signature=[
+            tf.TensorSpec([None], tf.string, name="text")])
+
+    def _serve(self, text):
+        lines = tf.strings.split(text, "\n")
+        lines = lines.with_flat_values(tf.strings.strip(lines.flat_values))
+        sentences = tf.ragged.boolean_mask(lines, tf.strings.length(lines) > 0)
+        words, _ = self.encoder(sentences.flat_values)
+        ids = tf.RaggedTensor.from_row_splits(words, sentences.row_splits)
+        probabilities = tf.nn.softmax(tf.cast(self.model({"ids": ids}),
+                                              tf.float32), axis=-1)
+        some = (sentences.row_lengths() > 0)[:, None]
+        probabilities = tf.where(some, probabilities, tf.zeros_like(probabilities))
+        label = tf.where(some[:, 0], tf.gather(self.labels, tf.argmax(probabilities, -1)), "")
+        return {"label": label, "probabilities": probabilities}
+
+
+def serving_module(config: Config, info: dict, model, asset_dir: str):
+    """``(ServedDocuments, serving.json fields)`` for an export of a trained model."""
+    encoder = serving.TextEncoder(info["vocab"], asset_dir, lowercase=config.lowercase)
+    module = ServedDocuments(model, encoder, info["class_names"], asset_dir)
+    return module, {"input": "text", "outputs": ["label", "probabilities"],
+                    "num_classes": info["num_classes"]}
 
 
 def majority_baseline(eval_ds: tf.data.Dataset) -> float:
@@ -322,5 +392,5 @@ def majority_baseline(eval_ds: tf.data.Dataset) -> float:
     return max(counts.values()) / total if total else 0.0
 
 
-__all__ = ["Config", "datasets", "read_documents", "corpus_documents", "write_documents",
+__all__ = ["Config", "datasets", "ServedDocuments", "serving_module", "read_documents", "corpus_documents", "write_documents",
            "group_runs", "encode", "majority_baseline"]

@@ -54,6 +54,21 @@ def export_run(model_dir: str, task, config, state: TaskState, model,
     return export_dir
 
 
+def export_own(model_dir: str, task, config, info: dict, model,
+               export_dir: str | None = None) -> str:
+    """Writes the SavedModel of a trained documents, ctr or lm_tbptt ``model`` (the pipeline's
+    ``serving_module``) to ``export_dir`` (``<model_dir>/export``, replaced); returns it."""
+    export_dir = export_dir or os.path.join(model_dir, "export")
+    asset_dir = tempfile.mkdtemp(prefix="tfseq_assets_")
+    try:  # these tasks train on one device: the trained model is served as it is
+        module, meta = task.pipeline.serving_module(config, info, model, asset_dir)
+        meta.update(task=task.name)
+        serving.save(module, export_dir, meta)
+    finally:
+        shutil.rmtree(asset_dir, ignore_errors=True)
+    return export_dir
+
+
 def load_run(model_dir: str):
     """``(task, config, saved settings)`` of a training run, from its ``run.json`` (the
     config's budgets are left at their defaults: serving does not batch by them).

@@ -39,9 +39,11 @@ import gzip
 import tensorflow as tf
 
 import tfseq
-from tfseq import formats
+from tfseq import formats, serving
 from tfseq._common import identity
+from tfseq.replay import ReplayStream, epoch_seed
 from tfseq.tbptt import CHUNK_INDEX, RESETS, tbptt_chunks, tbptt_stream
+from tfseq.text import BOS_ID, EOS_ID
 
 MODES = ("stream", "sequences")
 FEATURES = ("ids", "ids_length", RESETS, CHUNK_INDEX)
@@ -155,36 +157,76 @@ def _shift(example):
     return {"ids": ids[:-1], "targets": ids[1:]}
 
 
+def _sequences(config: Config, split: str, vocab: tfseq.Vocab,
+               counter: tfseq.DropCounter) -> tf.data.Dataset:
+    """``"sequences"``: ``{"ids", "targets"}`` per kept line, in file order."""
+    ds = text(config, split, counter)
+    ds = ds.apply(tfseq.tokenize(vocab, tokenizer=config.tokenizer, key="text",
+                                 lowercase=config.lowercase, add_bos=True, add_eos=True))
+    ds = ds.map(lambda e: {"ids": e["text"]}).map(_shift)
+    return ds.apply(tfseq.filter_by_length(min_length=1, max_length=config.max_length,
+                                           counter=counter))
+
+
+def _batches(config: Config, sequences: tf.data.Dataset, training: bool) -> tf.data.Dataset:
+    """``"sequences"``: padded batches, cut into chunks (or whole, full BPTT training)."""
+    chunk_length = config.tbptt or config.eval_chunk_length
+    ds = sequences.apply(tfseq.pad_batch(config.batch_size, prefetch=False))
+    if training:
+        ds = ds.apply(take_tokens(config.max_train_tokens))
+    if config.tbptt or not training:
+        return ds.apply(tbptt_chunks(chunk_length)).map(_to_pairs)
+    return ds.map(lambda b: ({"ids": b["ids"], "ids_length": b["ids_length"]}, b["targets"]))
+
+
+def _stream_chunks(config: Config, split: str, vocab: tfseq.Vocab,
+                   counter: tfseq.DropCounter) -> tf.data.Dataset:
+    """``"stream"``: the split as ``batch_size`` contiguous streams cut into chunks."""
+    ds = text(config, split, counter)
+    ds = ds.apply(tfseq.tokenize(vocab, tokenizer=config.tokenizer, key="text",
+                                 lowercase=config.lowercase, add_eos=True))
+    ds = ds.map(lambda e: {"ids": e["text"]})
+    ds = ds.apply(tbptt_stream(config.batch_size, config.tbptt or config.eval_chunk_length))
+    ds = ds.map(_to_pairs)
+    return ds.apply(take_tokens(config.max_train_tokens)) if split == "train" else ds
+
+
+def _count(batch):
+    """A batch's predicted tokens, cells (rows x steps) and rows."""
+    features, _ = batch
+    ids = features["ids"]
+    return (tf.reduce_sum(tf.cast(features["ids_length"], tf.int64)), tf.size(ids),
+            tf.shape(ids)[0])
+
+
+def train_stream(config: Config, vocab: tfseq.Vocab,
+                 counter: tfseq.DropCounter) -> ReplayStream:
+    """The training batches as a ``tfseq.replay.ReplayStream``: an epoch rebuilt exactly from
+    its number (``"stream"`` reads the corpus in order; ``"sequences"`` shuffles the lines with
+    a seed of the epoch alone), so a resumed run skips to its step and the checkpoint holds no
+    data state (the model's carried state caches are its own variables)."""
+    if config.mode == "stream":
+        chunks = _stream_chunks(config, "train", vocab, counter)
+        return ReplayStream(lambda epoch: chunks, count=_count, seed=config.seed)
+    sequences = _sequences(config, "train", vocab, counter)
+
+    def epoch_batches(epoch):
+        return _batches(config, sequences.shuffle(
+            config.shuffle_buffer, seed=epoch_seed(config.seed, epoch)), training=True)
+
+    return ReplayStream(epoch_batches, count=_count, seed=config.seed)
+
+
 def split_dataset(config: Config, split: str, vocab: tfseq.Vocab, counter: tfseq.DropCounter,
                   stats: tfseq.BatchStats | None = None) -> tf.data.Dataset:
-    """The batches of one split (see the module docstring for the element spec)."""
-    training = split == "train"
-    chunk_length = config.tbptt or config.eval_chunk_length
-    ds = text(config, split, counter)
-    if config.mode == "stream":
-        ds = ds.apply(tfseq.tokenize(vocab, tokenizer=config.tokenizer, key="text",
-                                     lowercase=config.lowercase, add_eos=True))
-        ds = ds.map(lambda e: {"ids": e["text"]})
-        ds = ds.apply(tbptt_stream(config.batch_size, chunk_length)).map(_to_pairs)
-        if training:
-            ds = ds.apply(take_tokens(config.max_train_tokens))
+    """The batches of one split (see the module docstring for the element spec); training
+    batches draw a new epoch key per iteration (``train_stream`` replays a given epoch)."""
+    if split == "train":
+        ds = train_stream(config, vocab, counter).dataset()
+    elif config.mode == "stream":
+        ds = _stream_chunks(config, split, vocab, counter)
     else:
-        ds = ds.apply(tfseq.tokenize(vocab, tokenizer=config.tokenizer, key="text",
-                                     lowercase=config.lowercase, add_bos=True, add_eos=True))
-        ds = ds.map(lambda e: {"ids": e["text"]}).map(_shift)
-        ds = ds.apply(tfseq.filter_by_length(min_length=1, max_length=config.max_length,
-                                             counter=counter))
-        if training:
-            ds = ds.cache().shuffle(config.shuffle_buffer, seed=config.seed,
-                                    reshuffle_each_iteration=True)
-        ds = ds.apply(tfseq.pad_batch(config.batch_size, prefetch=False))
-        if training:
-            ds = ds.apply(take_tokens(config.max_train_tokens))
-        if config.tbptt or not training:
-            ds = ds.apply(tbptt_chunks(chunk_length)).map(_to_pairs)
-        else:
-            ds = ds.map(lambda b: ({"ids": b["ids"], "ids_length": b["ids_length"]},
-                                   b["targets"]))
+        ds = _batches(config, _sequences(config, split, vocab, counter), training=False)
     if stats is not None:
         ds = ds.apply(stats.track(["ids"]))
     return ds.prefetch(tf.data.AUTOTUNE)
@@ -195,8 +237,10 @@ def datasets(config: Config = Config(), counters: dict | None = None):
 
     Returns:
       ``(train_ds, eval_ds, info)``; ``info`` has ``vocab``, ``vocab_size``, ``counters``
-      (``{"train": DropCounter, "eval": DropCounter}``) and ``stats`` (``BatchStats`` of the
-      delivered batches per split; real tokens = predicted tokens).
+      (``{"train": DropCounter, "eval": DropCounter}``), ``stats`` (``BatchStats`` of the
+      delivered batches per split; real tokens = predicted tokens) and ``train_stream`` (the
+      training batches as a ``ReplayStream``, for ``Trainer``; its batches add to
+      ``stats["train"]`` as they are trained on, ``train_ds``'s as they are read).
 
     Raises:
       ValueError: an inconsistent ``config`` (see ``check_config``).
@@ -207,8 +251,43 @@ def datasets(config: Config = Config(), counters: dict | None = None):
     stats = {"train": tfseq.BatchStats(), "eval": tfseq.BatchStats()}
     train_ds, eval_ds = (split_dataset(config, split, vocab, counters[split], stats[split])
                          for split in ("train", "eval"))
-    info = {"vocab": vocab, "vocab_size": vocab.size, "counters": counters, "stats": stats}
+    info = {"vocab": vocab, "vocab_size": vocab.size, "counters": counters, "stats": stats,
+            "train_stream": train_stream(config, vocab, counters["train"])}
     return train_ds, eval_ds, info
+
+
+class ServedStreamLM(serving.Served):
+    """``text`` -> ``log_likelihood`` float32 [B] (natural log) and ``tokens`` int32 [B], from
+    the zero state: ``"sequences"`` scores ``w1 .. wn </s>`` after ``<s>``, as it trained;
+    ``"stream"`` scores them after ``</s>`` (a line follows the end of another in the stream).
+    """
+
+    def __init__(self, model, encoder: serving.TextEncoder, start_id: int):
+        super().__init__(encoder, "truncate")
+        self.weights = list(model.variables)  # tracked; the model itself is not (see ctr's)
+        self.run = lambda features: model.run(features)[0]
+        self.start_id = start_id
+
+    def _predict(self, ids, lengths):
+        rows = tf.shape(ids)[0]
+        inputs = tf.concat([tf.fill([rows, 1], self.start_id), ids], axis=1)[:, :-1]
+        inputs = serving.at_least_one_step(inputs)
+        logits = self.run({"ids": inputs, "ids_length": lengths})
+        targets = serving.at_least_one_step(ids)
+        scores = tf.gather(tf.nn.log_softmax(logits, axis=-1), targets, batch_dims=2)
+        real = tf.range(tf.shape(targets)[1])[None, :] < lengths[:, None]
+        return {"log_likelihood": tf.reduce_sum(tf.where(real, scores, 0.0), axis=1),
+                "tokens": lengths}
+
+
+def serving_module(config: Config, info: dict, model, asset_dir: str):
+    """``(ServedStreamLM, serving.json fields)`` for an export of a trained model."""
+    encoder = serving.TextEncoder(info["vocab"], asset_dir, tokenizer=config.tokenizer,
+                                  lowercase=config.lowercase, add_eos=True)
+    start = BOS_ID if config.mode == "sequences" else EOS_ID
+    return ServedStreamLM(model, encoder, start), {
+        "input": "text", "outputs": ["log_likelihood", "tokens"], "mode": config.mode,
+        "text_field": config.text_field}
 
 
 def join_chapters(src: str, dst: str) -> tuple[int, int]:

@@ -368,14 +368,14 @@ class Runner:
         counters = info.get("counters", {})
         stats = info.get("stats", {}).get("train") or tfseq.BatchStats()
         summaries = self._summaries(stats, counters)
-        trainer = Trainer(model, train_ds, model_dir=self.settings.model_dir,
+        # The epoch is replayed from its number (ReplayStream): the checkpoint holds no data
+        # state, and the train counts restart with each epoch (a resumed one recounts its
+        # replayed part), so they are not saved either.
+        trainer = Trainer(model, info["train_stream"], model_dir=self.settings.model_dir,
                           checkpoint_every=self.settings.checkpoint_every,
                           steps_per_execution=self.settings.steps_per_execution,
-                          trackables={f"counter_{split}_{k}": v for split, c in counters.items()
-                                      for k, v in c.variables().items()},
-                          on_step=summaries.on_step,
-                          on_epoch_start=(lambda epoch: counters["train"].reset())
-                          if info.get("reread_each_epoch") and "train" in counters else None)
+                          stats=stats, on_step=summaries.on_step,
+                          on_epoch_start=lambda epoch: counters["train"].reset())
         resumed = trainer.restore()
         if resumed and self._finished(trainer):
             return None
@@ -399,4 +399,11 @@ class Runner:
             drop_examples=[], resumed_at_step=resumed_at)
         write_report(os.path.join(self.settings.model_dir, "report.json"), report)
         print(format_report(report))
+        if self.settings.export and not result.signal:  # finished, or stopped by max_steps
+            from tfseq.pipelines import exporting
+
+            if self.settings.verbose:
+                print("exporting the model over raw input ...", file=sys.stderr, flush=True)
+            path = exporting.export_own(self.settings.model_dir, task, config, info, model)
+            print(f"Served model ({task.name}, input `{task.prediction_input}`): {path}")
         return result

@@ -31,6 +31,11 @@ class OwnPipelineTask:
     def Config(self):  # noqa: N802 (the task's config class, as on the spine)
         return self.pipeline.Config
 
+    @property
+    def prediction_input(self) -> str:
+        """The export's input: ``line`` (ctr: a MultiSlot line) or ``text``."""
+        return "line" if self.name == "ctr" else "text"
+
     def model_config(self, **overrides):
         return dataclasses.replace(self.model_module.ModelConfig(), **overrides)
 

@@ -120,7 +120,8 @@ class Trainer:
         either a ``tf.data.Dataset`` (its iterator, buffers included, goes into the
         checkpoint), or a ``tfseq.resumable.ResumableStream`` (only its position and its
         counter's counts do: a few integers, whatever the corpus; its ``epoch`` is this
-        trainer's).
+        trainer's), or a ``tfseq.replay.ReplayStream`` (nothing does: a restore rebuilds the
+        epoch and skips the steps taken).
       model_dir: where checkpoints go (``model_dir/ckpt``); ``None`` disables checkpointing.
       checkpoint_every: save every N steps (0: only at epoch ends and on signals).
       trackables: extra objects saved with the checkpoint, e.g. ``{"counter": DropCounter}``
@@ -149,6 +150,7 @@ class Trainer:
                  on_batch: Callable | None = None, on_epoch_start: Callable | None = None,
                  stats=None, epoch_note: Callable[[], str] | None = None,
                  jit_compile: bool = False, steps_per_execution: int = 1):
+        from tfseq.replay import ReplayStream
         from tfseq.resumable import ResumableStream
 
         self.model = model
@@ -158,9 +160,12 @@ class Trainer:
         # Steps in the last complete epoch: the progress bar's target once known.
         self.last_epoch_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="last_epoch_steps")
         self.stream = data if isinstance(data, ResumableStream) else None
+        self.replay = data if isinstance(data, ReplayStream) else None
         if self.stream is not None:
             self.stream.epoch = self.epoch
             self.train_ds = self.stream.dataset()
+        elif self.replay is not None:  # rebuilt from (epoch, steps taken): nothing saved
+            self.train_ds = self.replay.dataset(self.epoch, self.step_in_epoch)
         else:
             # Drop counters update tf.Variables from inside the pipeline; tf.data calls that
             # "external state" and refuses to serialize the iterator. The counters are saved
@@ -204,7 +209,9 @@ class Trainer:
 
     def _checkpoint(self) -> tf.train.Checkpoint:
         position = {"iterator": self._iterator}
-        if self.stream is not None:  # the cursor, and the counts of the batches taken
+        if self.replay is not None:  # the epoch and step counters are its position
+            position = {}
+        elif self.stream is not None:  # the cursor, and the counts of the batches taken
             position = {**self.stream.variables(), **{
                 f"counter_{k}": v for k, v in self.stream.counter.variables().items()}}
         return tf.train.Checkpoint(
@@ -253,6 +260,8 @@ class Trainer:
                 # creates them; a run that ends before any step would warn about each one.
                 self._checkpoint().restore(path).assert_existing_objects_matched() \
                     .expect_partial()
+                if self.replay is not None:  # it reads the restored epoch and step
+                    self._iterator = iter(self.train_ds)
             except (tf.errors.OpError, ValueError) as e:
                 logging.warning("Skipping checkpoint %s: it cannot be read (%s); trying the "
                                 "one before it", path, str(e).splitlines()[0][:200])
@@ -269,6 +278,10 @@ class Trainer:
     def _next_batch(self):
         """The next training batch; raises ``StopIteration`` at the end of the epoch. A
         stream's empty batches (a pool left with no example) only bring counts: taken here."""
+        if self.replay is not None and self.replay.count is not None:
+            batch, meta = next(self._iterator)
+            self._taken = {k: v.numpy() for k, v in meta.items()}
+            return batch
         if self.stream is None:
             return next(self._iterator)
         while True:
@@ -282,7 +295,8 @@ class Trainer:
     def _took(self) -> None:
         """After a step: the stream's position moves past the batch, its counts are added."""
         if self._taken is not None:
-            self.stream.advance(self._taken)
+            if self.stream is not None:
+                self.stream.advance(self._taken)
             if self.stats is not None:
                 self.stats.add(self._taken["tokens"], self._taken["cells"],
                                self._taken["examples"])
@@ -344,6 +358,18 @@ class Trainer:
             return tf.constant(0, tf.int64), zero, tf.zeros([len(keys)], tf.float64)
 
         def take(element):
+            if self.replay is not None and self.replay.count is not None:
+                batch, meta = element
+                steps, weight, sums = train(batch)
+                updates = []
+                if self.stats is not None:
+                    with tf.control_dependencies([steps]):
+                        updates = [self.stats.real_tokens.assign_add(meta["tokens"]),
+                                   self.stats.cells.assign_add(meta["cells"]),
+                                   self.stats.examples.assign_add(meta["examples"]),
+                                   self.stats.batches.assign_add(steps)]
+                with tf.control_dependencies(updates):
+                    return tf.identity(steps), tf.identity(weight), tf.identity(sums)
             if stream is None:
                 return train(element)
             batch, meta = element

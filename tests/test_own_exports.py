@@ -1,0 +1,173 @@
+"""documents, ctr and lm_tbptt exports: they load without tfseq and answer raw input as the
+trained model does in process; the binary resumes them mid-epoch and exports."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfseq import training
+from tfseq.models import ctr as ctr_model
+from tfseq.models import hierarchical, stateful_lm
+from tfseq.pipelines import ctr, documents, exporting, lm_tbptt, predicting, tasks
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SERVE_WITHOUT_TFSEQ = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+model = tf.saved_model.load(sys.argv[1])
+out = model.signatures["serving_default"](**{sys.argv[2]: tf.constant(json.loads(sys.argv[3]))})
+print(json.dumps({
+    "tfseq_modules": [m for m in sys.modules if m == "tfseq" or m.startswith("tfseq.")],
+    **{k: [x.decode() if isinstance(x, bytes) else x for x in v.numpy().tolist()]
+       for k, v in out.items()}}))
+"""
+
+
+def serve_plain(export_dir, input_name, inputs):
+    """The export's answers from a plain interpreter (no tfseq on the path)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run([sys.executable, "-S", "-c", "import site; site.main()\n"
+                          + SERVE_WITHOUT_TFSEQ, export_dir, input_name, json.dumps(inputs)],
+                         capture_output=True, text=True, env=env, cwd="/", timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def train_a_little(model, info, steps=3):
+    training.Trainer(model, info["train_stream"], model_dir=None).fit(1, verbose=0,
+                                                                       max_steps=steps)
+
+
+@pytest.mark.slow
+def test_documents_export_answers_text(tmp_path):
+    names = documents.Config().class_names
+    text = "".join(f"{names[i % 7]}\nthe word{i % 5} of {i % 3}\nand more words\n\n"
+                   for i in range(30))
+    (tmp_path / "docs.txt").write_text(text)
+    config = documents.Config(files=(str(tmp_path / "docs.txt"),), min_count=1, batch_size=4)
+    _, _, info = documents.datasets(config)
+    model = hierarchical.build_model(config, info, hierarchical.ModelConfig(
+        embedding_dim=8, word_units=8, sentence_units=8))
+    train_a_little(model, info)
+    export = exporting.export_own(str(tmp_path), tasks.load("documents"), config, info, model)
+    docs = ["The word1 of 2\n\n  and MORE words \n", "unseen words here", "\n \n"]
+    served = serve_plain(export, "text", docs)
+    assert served["tfseq_modules"] == []
+    to_ids = documents.encode(info["vocab"], lowercase=True)
+    sentences = [["the word1 of 2", "and more words"], ["unseen words here"]]
+    ids = tf.ragged.stack([to_ids(tf.constant(s)) for s in sentences])
+    expected = tf.nn.softmax(model({"ids": ids}, training=False)).numpy()
+    np.testing.assert_allclose(served["probabilities"][:2], expected, atol=1e-5)
+    assert served["probabilities"][2] == [0.0] * 7 and served["label"][2] == ""
+    assert served["label"][:2] == [names[i] for i in expected.argmax(-1)]
+    # tfseq-predict's path: a blank-line-separated file (no label lines), a line per document.
+    (tmp_path / "in.txt").write_text("The word1 of 2\n  and MORE words \n\n\nunseen words here\n")
+    report = predicting.predict_files(str(tmp_path), [str(tmp_path / "in.txt")],
+                                      str(tmp_path / "out.txt"))
+    assert (tmp_path / "out.txt").read_text().splitlines() == [
+        f"{served['label'][i]}\t{max(served['probabilities'][i]):.6f}" for i in range(2)]
+    assert report["lines"] == 2 and report["empty"] == 0
+
+
+@pytest.mark.slow
+def test_ctr_export_answers_multislot_lines(tmp_path):
+    data = ctr.generate(str(tmp_path / "data"), num_files=1, examples_per_file=100,
+                        eval_examples=10)
+    config = ctr.Config(files=tuple(data["train_files"]), eval_files=tuple(data["eval_files"]),
+                        batch_size=16)
+    _, eval_ds, info = ctr.datasets(config)
+    model = ctr_model.build_model(config, info)
+    train_a_little(model, info)
+    export = exporting.export_own(str(tmp_path), tasks.load("ctr"), config, info, model)
+    with open(data["eval_files"][0]) as f:
+        lines = [line.rstrip("\n") for line in f][:10]
+    bare = [line.split(" ", 2)[2] for line in lines[:3]]  # "1 <click> " left out
+    served = serve_plain(export, "line", lines + bare + ["1 1 1 x"])
+    assert served["tfseq_modules"] == []
+    features, _ = next(iter(eval_ds))
+    expected = tf.sigmoid(model(features, training=False)).numpy()[:10]
+    np.testing.assert_allclose(served["probability"][:10], expected, atol=1e-5)
+    np.testing.assert_allclose(served["probability"][10:13], expected[:3], atol=1e-5)
+    assert served["valid"] == [True] * 13 + [False] and served["probability"][13] == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["stream", "sequences"])
+def test_lm_tbptt_export_scores_text(tmp_path, mode):
+    lines = [f"Gen\t1\t{i}\tw{i % 4} w{i % 3} w{i % 5}" for i in range(30)]
+    (tmp_path / "c.tsv").write_text("\n".join(lines) + "\n")
+    config = lm_tbptt.Config(files=(str(tmp_path / "c.tsv"),), min_count=1, mode=mode,
+                             batch_size=2, tbptt=4, eval_percent=0)
+    _, _, info = lm_tbptt.datasets(config)
+    model = stateful_lm.build_model(config, info, stateful_lm.ModelConfig(embedding_dim=4,
+                                                                          units=4))
+    train_a_little(model, info)
+    export = exporting.export_own(str(tmp_path), tasks.load("lm_tbptt"), config, info, model)
+    served = serve_plain(export, "text", ["W1 w2 w0", "w3 unknown"])
+    assert served["tfseq_modules"] == []
+    vocab = info["vocab"]
+    start = 2 if mode == "sequences" else 3  # <s> / </s>
+    expected = []
+    for text in ["w1 w2 w0", "w3 unknown"]:
+        ids = vocab.lookup(tf.constant(text.split())).numpy().tolist() + [3]
+        inputs = tf.constant([[start] + ids[:-1]], tf.int32)
+        logits, _ = model.run({"ids": inputs, "ids_length": tf.constant([len(ids)])})
+        scores = tf.nn.log_softmax(logits[0]).numpy()
+        expected.append(sum(scores[t, i] for t, i in enumerate(ids)))
+    np.testing.assert_allclose(served["log_likelihood"], expected, rtol=1e-5)
+    assert served["tokens"] == [4, 3]
+    (tmp_path / "in.tsv").write_text("Gen\t9\t1\tW1 w2 w0\nGen\t9\t2\tw3 unknown\n")
+    predicting.predict_files(str(tmp_path), [str(tmp_path / "in.tsv")], str(tmp_path / "o.txt"))
+    assert (tmp_path / "o.txt").read_text().splitlines() == [
+        f"{ll:.6f}\t{n}" for ll, n in zip(served["log_likelihood"], [4, 3])]
+
+
+@pytest.mark.slow
+def test_ctr_binary_resumes_mid_epoch_and_exports(tmp_path):
+    def train(model_dir, *flags, fault=None):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        if fault:
+            env["TFSEQ_FAULT"] = fault
+        return subprocess.run(
+            [sys.executable, "-m", "tfseq.scripts.train", "--task=ctr", "--epochs=1",
+             f"--model_dir={model_dir}", "--checkpoint_every=0", "--verbose=0", *flags],
+            capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+
+    whole = train(tmp_path / "whole")
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    cut = train(tmp_path / "cut", fault="after_step:8:TERM")
+    assert cut.returncode == 128 + signal.SIGTERM, cut.stderr[-2000:]
+    assert not os.path.exists(tmp_path / "cut" / "export")
+    rest = train(tmp_path / "cut")
+    assert rest.returncode == 0, rest.stderr[-2000:]
+    reports = [json.load(open(tmp_path / d / "report.json")) for d in ("whole", "cut")]
+    assert [r["steps"] for r in reports] == [125, 125]  # 4 x 8000 lines in batches of 256
+    assert reports[1]["resumed_at_step"] == 8
+    assert [r["data_state_bytes"] for r in reports] == [0, 0]
+    # The resumed epoch recounted its replayed part: the counts of one whole pass.
+    assert reports[1]["counters"]["train"] == reports[0]["counters"]["train"]
+    assert reports[0]["counters"]["train"]["seen"]["lines_read"] == 32000
+    with open(tmp_path / "cut" / "export" / "assets" / "serving.json") as f:
+        assert json.load(f)["task"] == "ctr"
+    lines = ["1 1 1 5 1 7 1 3 2 4 5 3 1 2 3 3 0.5 -0.2 1.0", "1 1 1 5"]
+    answers = serve_plain(str(tmp_path / "cut" / "export"), "line", lines)
+    assert answers["valid"] == [True, False]
+    assert 0.0 < answers["probability"][0] < 1.0 and answers["probability"][1] == 0.0
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    predicted = subprocess.run(
+        [sys.executable, "-m", "tfseq.scripts.predict", f"--model_dir={tmp_path / 'cut'}",
+         f"--files={tmp_path / 'in.txt'}", f"--output={tmp_path / 'out.txt'}"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert predicted.returncode == 0, predicted.stderr[-2000:]
+    assert (tmp_path / "out.txt").read_text() == f"{answers['probability'][0]:.6f}\n\n"
+    assert "unusable lines (empty output): 1 {'malformed': 1}" in predicted.stdout
