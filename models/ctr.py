@@ -21,6 +21,8 @@ import dataclasses
 import keras
 import tensorflow as tf
 
+from tfseq.distribute import GlobalWeightedLoss
+
 COMBINERS = ("mean", "sum")
 
 
@@ -81,6 +83,13 @@ class PooledEmbedding(keras.layers.Layer):
                 "combiner": self.combiner, "l2": self.l2}
 
 
+@keras.saving.register_keras_serializable(package="tfseq")
+def click_loss(labels, logits):
+    """Per-example binary cross-entropy float32 ``[B]`` of click ``labels`` ``[B]`` and
+    ``logits`` ``[B]`` (Keras' own reduces the last axis, here the batch)."""
+    return keras.losses.binary_crossentropy(labels[:, None], logits[:, None], from_logits=True)
+
+
 def build_model(config, info, model_config: ModelConfig = ModelConfig()) -> keras.Model:
     """A compiled wide & deep model over ``info["slots"]`` (minus ``info["label"]``)."""
     inputs, wide, deep = {}, [], []
@@ -109,6 +118,7 @@ def build_model(config, info, model_config: ModelConfig = ModelConfig()) -> kera
     model = keras.Model(inputs, logit, name="wide_and_deep")
     model.compile(
         optimizer=keras.optimizers.Adam(model_config.learning_rate),
-        loss=keras.losses.BinaryCrossentropy(from_logits=True),
+        # Normalised by the weight over all replicas: the same update on any replica count.
+        loss=GlobalWeightedLoss(click_loss),
         metrics=[keras.metrics.AUC(from_logits=True, name="auc")])
     return model

@@ -22,6 +22,7 @@ import dataclasses
 import keras
 import tensorflow as tf
 
+from tfseq.distribute import GlobalWeightedLoss
 from tfseq.layers import AttentionPooling
 
 
@@ -85,6 +86,7 @@ def build_model(config, info, model_config: ModelConfig = ModelConfig()) -> kera
     model = keras.Model({"ids": ids}, logits, name="hierarchical_classifier")
     model.compile(
         optimizer=keras.optimizers.Adam(model_config.learning_rate),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        # Normalised by the weight over all replicas: the same update on any replica count.
+        loss=GlobalWeightedLoss(keras.losses.SparseCategoricalCrossentropy(from_logits=True)),
         metrics=["accuracy"])
     return model

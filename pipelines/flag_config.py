@@ -105,7 +105,8 @@ def check_no_effect(config, flag_values) -> None:
     """A flag that would be silently ignored with the other flags given is an error naming it."""
     user = bool(getattr(config, "train_files", ())) or bool(getattr(config, "source_files", ()))
     for name in ("eval_files", "format", "columns", "header"):
-        if flag_values[name].value and not getattr(config, "train_files", ()):
+        # (ctr has eval_files of its own, next to --files, and no train_files)
+        if flag_values[name].value and hasattr(config, "train_files") and not config.train_files:
             raise app.UsageError(f"--{name} applies to --train_files, which is not given")
     if flag_values.mix_temperature is not None and getattr(config, "train_weights", ()):
         raise app.UsageError("--mix_temperature sets the weights; the --train_files entries "

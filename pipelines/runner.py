@@ -347,51 +347,76 @@ class Runner:
         return result
 
     def _train_own(self, task, config) -> TrainResult | None:
-        """Trains a task with a pipeline of its own (documents, ctr, lm --tbptt): one device, its
-        dataset's iterator checkpointed."""
+        """Trains a task with a pipeline of its own (documents, ctr, lm --tbptt): its epoch
+        replayed from its number (``tfseq.replay.ReplayStream``), on one device or, for
+        documents and ctr, on ``--num_replicas`` (each global batch split into parts)."""
+        import contextlib
+
         import keras
 
         import tfseq
         from tfseq.pipelines.state import PassReport
-        from tfseq.training import Trainer, data_state_bytes
+        from tfseq.training import ReplicaTrainer, Trainer, data_state_bytes
 
         settings = self.settings
-        if settings.num_replicas > 1 or settings.data_service or settings.strategy != "mirrored":
-            raise SetupError(f"--num_replicas/--data_service/--strategy are not supported by "
+        if settings.data_service or settings.strategy != "mirrored":
+            raise SetupError(f"--data_service/--strategy=multi_worker are not supported by "
                              f"--task={task.name} (supported: {sorted(tasks.SPINE)})")
+        if settings.num_replicas > 1 and task.name == "lm_tbptt":
+            raise SetupError("--num_replicas is not supported by --task=lm --tbptt (its streams "
+                             "carry their state from chunk to chunk on one device)")
+        strategy = (tfseq.mirrored_strategy(settings.num_replicas)
+                    if settings.num_replicas > 1 else None)
         self.on_opened()
         try:
             train_ds, eval_ds, info = task.pipeline.datasets(config)
         except (ValueError, FileNotFoundError) as e:
             raise SetupError(str(e)) from e
-        model = task.build_model(config, info, self._model_config(task))
+        scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
+        with scope:
+            model = task.build_model(config, info, self._model_config(task))
         counters = info.get("counters", {})
         stats = info.get("stats", {}).get("train") or tfseq.BatchStats()
         summaries = self._summaries(stats, counters)
         # The epoch is replayed from its number (ReplayStream): the checkpoint holds no data
         # state, and the train counts restart with each epoch (a resumed one recounts its
-        # replayed part), so they are not saved either.
-        trainer = Trainer(model, info["train_stream"], model_dir=self.settings.model_dir,
-                          checkpoint_every=self.settings.checkpoint_every,
-                          steps_per_execution=self.settings.steps_per_execution,
-                          stats=stats, on_step=summaries.on_step,
-                          on_epoch_start=lambda epoch: counters["train"].reset())
+        # replayed part), so they are not saved either. The position counts global batches:
+        # a run resumes on another number of replicas with the same batches.
+        options = dict(model_dir=self.settings.model_dir,
+                       checkpoint_every=self.settings.checkpoint_every,
+                       stats=stats, on_step=summaries.on_step,
+                       on_epoch_start=lambda epoch: counters["train"].reset())
+        if strategy is not None:
+            trainer = ReplicaTrainer(model, strategy,
+                                     info["train_stream"].split(settings.num_replicas), **options)
+            local_model = task.build_model(config, info, self._model_config(task))
+        else:
+            trainer = Trainer(model, info["train_stream"],
+                              steps_per_execution=self.settings.steps_per_execution, **options)
+            local_model = model
+
+        def evaluate():
+            if local_model is not model:  # a single-device copy: no collective op
+                local_model.set_weights(model.get_weights())
+            return {k: float(v) for k, v in
+                    local_model.evaluate(eval_ds, verbose=0, return_dict=True).items()}
+
         resumed = trainer.restore()
         if resumed and self._finished(trainer):
             return None
         resumed_at = int(trainer.global_step.numpy()) if resumed else None
 
         def eval_fn(epoch):
-            return {f"eval_{k}": float(v) for k, v in
-                    model.evaluate(eval_ds, verbose=0, return_dict=True).items()}
+            return {f"eval_{k}": v for k, v in evaluate().items()}
 
         result = trainer.fit(self.settings.epochs, verbose=self.settings.verbose, eval_fn=eval_fn,
                              max_steps=self.settings.max_steps)
-        eval_results = {} if result.interrupted else {
-            k: float(v) for k, v in model.evaluate(eval_ds, verbose=0, return_dict=True).items()}
+        eval_results = {} if result.interrupted else evaluate()
         checkpoints = tfseq.training.checkpoints_newest_first(trainer.checkpoint_dir)
         report = make_report(
-            task_name=task.name, config=config, mode="single", replicas=1, workers=1,
+            task_name=task.name, config=config,
+            mode="single" if strategy is None else "replicated",
+            replicas=settings.num_replicas, workers=1,
             learning_rate=float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
             result=result, stats=stats, counters=counters, eval_results=eval_results,
             baselines={}, setup=PassReport(), timings=trainer.timings,
@@ -404,6 +429,9 @@ class Runner:
 
             if self.settings.verbose:
                 print("exporting the model over raw input ...", file=sys.stderr, flush=True)
-            path = exporting.export_own(self.settings.model_dir, task, config, info, model)
+            if local_model is not model:  # stopped by max_steps: no evaluation copied them
+                local_model.set_weights(model.get_weights())
+            path = exporting.export_own(self.settings.model_dir, task, config, info,
+                                        local_model)
             print(f"Served model ({task.name}, input `{task.prediction_input}`): {path}")
         return result

@@ -191,9 +191,13 @@ def test_jit_compile_with_replicas_fails_naming_it(tmp_path, tiny_corpus):
 
 
 def test_replicas_on_a_task_without_support_fail_clearly(tmp_path):
-    out = train("--task=documents", "--num_replicas=2", f"--model_dir={tmp_path / 'x'}")
-    assert "are not supported by --task=documents" in error_line(out)
+    out = train("--task=lm", "--tbptt=8", "--num_replicas=2", f"--model_dir={tmp_path / 'x'}")
+    assert "--num_replicas is not supported by --task=lm --tbptt" in error_line(out)
     assert not (tmp_path / "x").exists()
+    out = train("--task=documents", "--data_service=localhost:1",
+                f"--model_dir={tmp_path / 'y'}")
+    assert "are not supported by --task=documents" in error_line(out)
+    assert not (tmp_path / "y").exists()
 
 
 @pytest.mark.slow

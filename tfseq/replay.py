@@ -48,13 +48,24 @@ class ReplayStream:
       count: ``batch -> (tokens, cells, examples)`` int scalars, computed in the graph; the
         trainer adds them to its ``BatchStats`` when it trains on the batch.
       seed: for ``dataset()`` without variables (``model.fit``): the epoch keys drawn.
+      map_fn: applied to each batch after ``count`` (e.g. ``split_rows`` into replica parts:
+        the steps, and so the position, are the global batches whatever the replica count).
     """
 
     def __init__(self, make_epoch: Callable[[tf.Tensor], tf.data.Dataset], *,
-                 count: Callable | None = None, seed: int = 0):
+                 count: Callable | None = None, seed: int = 0, map_fn: Callable | None = None):
         self.make_epoch = make_epoch
         self.count = count
         self.seed = seed
+        self.map_fn = map_fn
+
+    def split(self, num_parts: int) -> "ReplayStream":
+        """This stream with each batch split into a tuple of ``num_parts`` ``(features,
+        labels, weight)`` parts (``tfseq.splitting.split_rows``), one per local replica."""
+        from tfseq.splitting import split_rows
+
+        return ReplayStream(self.make_epoch, count=self.count, seed=self.seed,
+                            map_fn=lambda batch: split_rows(batch, num_parts))
 
     def dataset(self, epoch: tf.Variable | None = None,
                 skip: tf.Variable | None = None) -> tf.data.Dataset:
@@ -75,9 +86,13 @@ class ReplayStream:
             def with_meta(*batch):
                 batch = batch[0] if len(batch) == 1 else batch
                 tokens, cells, examples = (tf.cast(n, tf.int64) for n in self.count(batch))
-                return batch, {"tokens": tokens, "cells": cells, "examples": examples}
+                out = self.map_fn(batch) if self.map_fn is not None else batch
+                return out, {"tokens": tokens, "cells": cells, "examples": examples}
 
             batches = batches.map(with_meta)
+        elif self.map_fn is not None:
+            batches = batches.map(lambda *batch: self.map_fn(batch[0] if len(batch) == 1
+                                                             else batch))
         return batches.prefetch(tf.data.AUTOTUNE).with_options(pipeline_options())
 
 

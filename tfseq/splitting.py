@@ -386,6 +386,47 @@ def split(batch: Mapping[str, Any], num_splits: int, *, balance: str = "examples
     return _split(dict(batch), num_splits, balance, trim, equal_rows, layout)
 
 
+def split_rows(batch, num_splits: int) -> tuple:
+    """Any ``(features, labels)`` batch -> a tuple of ``num_splits`` ``(features, labels,
+    weight)`` parts, inside a graph function.
+
+    For batches that ``split`` does not read (nested ragged documents ``[B, (S), (W)]``,
+    MultiSlot slots, dense features): every tensor, dense or ragged, is cut along its leading
+    batch dimension into contiguous parts whose sizes differ by at most one (the remainder on
+    the first parts), rows in order. A part that would be empty (``B < num_splits``) gets a copy
+    of the batch's first row with weight 0, so every replica steps and, with a loss normalised
+    by the global weight (``GlobalWeightedLoss``), the update is unchanged. ``weight`` is
+    float32 ``[b]``: the incoming weight (1.0 when there is none) on real rows.
+
+    Args:
+      batch: ``(features, labels)`` or ``(features, labels, weight)``; every tensor ``[B, ...]``.
+      num_splits: number of parts (replicas), a positive int.
+
+    Example (10 rows over 4 parts: rows 0-2, 3-5, 6-7, 8-9; 2 rows over 4: rows 0, 1, then
+    row 0 twice with weight 0).
+    """
+    check_positive_int("num_splits", num_splits)
+    features, labels = batch[0], batch[1]
+    rows = tf.shape(tf.nest.flatten(labels, expand_composites=False)[0])[0]
+    rows = tf.cast(rows, tf.int64)
+    weight = (tf.cast(batch[2], tf.float32) if len(batch) > 2 and batch[2] is not None
+              else tf.ones([rows], tf.float32))
+    base, extra = rows // num_splits, rows % num_splits
+    parts, start = [], tf.constant(0, tf.int64)
+    for i in range(num_splits):
+        size = base + tf.cast(i < extra, tf.int64)
+        empty = tf.equal(size, 0)
+        index = tf.cond(empty, lambda: tf.zeros([1], tf.int64),
+                        lambda start=start, size=size: tf.range(start, start + size))
+        part_weight = tf.cond(empty, lambda: tf.zeros([1], tf.float32),
+                              lambda index=index: tf.gather(weight, index))
+        take = lambda x, index=index: tf.gather(x, index)  # noqa: E731 (dense or ragged)
+        parts.append((tf.nest.map_structure(take, features), tf.nest.map_structure(take, labels),
+                      part_weight))
+        start += size
+    return tuple(parts)
+
+
 def prefetch_to_device(device: str, buffer_size: int | None = None) -> Transform:
     """Transformation that prefetches elements into ``device`` memory (e.g. ``"/gpu:0"``).
 

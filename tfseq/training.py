@@ -690,7 +690,8 @@ class ReplicaTrainer(Trainer):
     Args:
       model: a Keras model built and compiled inside ``strategy.scope()``.
       strategy: ``tfseq.mirrored_strategy(n)``, or a ``MultiWorkerMirroredStrategy``.
-      parts_ds: a ``ResumableStream`` of tuples of parts, one per LOCAL replica; or a dataset
+      parts_ds: a ``ResumableStream`` or a ``ReplayStream`` (``.split(n)``) of tuples of parts,
+        one per LOCAL replica; or a dataset
         of ``(x, y)`` or ``(x, y, sample_weight)`` parts, one per LOCAL replica per step, in
         replica order: ``replica_dataset_fn(...)(trainer_input_context(strategy))``.
       **kwargs: as for ``Trainer`` (``model_dir``, ``checkpoint_every``, ``trackables``,
@@ -752,7 +753,7 @@ class ReplicaTrainer(Trainer):
         return parts
 
     def _next_local_parts(self):
-        if self.stream is not None:
+        if self.stream is not None or self.replay is not None:
             parts = super()._next_batch()
             if len(parts) != self.num_local:
                 raise ValueError(f"The stream's batches have {len(parts)} parts for "

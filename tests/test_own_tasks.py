@@ -133,13 +133,18 @@ def test_lm_tbptt_export_scores_text(tmp_path, mode):
 
 @pytest.mark.slow
 def test_ctr_binary_resumes_mid_epoch_and_exports(tmp_path):
+    data = ctr.generate(str(tmp_path / "data"), num_files=2, examples_per_file=300,
+                        eval_examples=50, bad_lines_per_file=2)
+    files = [f"--files={','.join(data['train_files'])}",
+             f"--eval_files={data['eval_files'][0]}", "--batch_size=32"]
+
     def train(model_dir, *flags, fault=None):
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         if fault:
             env["TFSEQ_FAULT"] = fault
         return subprocess.run(
             [sys.executable, "-m", "tfseq.scripts.train", "--task=ctr", "--epochs=1",
-             f"--model_dir={model_dir}", "--checkpoint_every=0", "--verbose=0", *flags],
+             f"--model_dir={model_dir}", "--checkpoint_every=0", "--verbose=0", *files, *flags],
             capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
 
     whole = train(tmp_path / "whole")
@@ -150,12 +155,13 @@ def test_ctr_binary_resumes_mid_epoch_and_exports(tmp_path):
     rest = train(tmp_path / "cut")
     assert rest.returncode == 0, rest.stderr[-2000:]
     reports = [json.load(open(tmp_path / d / "report.json")) for d in ("whole", "cut")]
-    assert [r["steps"] for r in reports] == [125, 125]  # 4 x 8000 lines in batches of 256
+    assert [r["steps"] for r in reports] == [19, 19]  # 600 good lines in batches of 32
     assert reports[1]["resumed_at_step"] == 8
     assert [r["data_state_bytes"] for r in reports] == [0, 0]
     # The resumed epoch recounted its replayed part: the counts of one whole pass.
     assert reports[1]["counters"]["train"] == reports[0]["counters"]["train"]
-    assert reports[0]["counters"]["train"]["seen"]["lines_read"] == 32000
+    assert reports[0]["counters"]["train"]["seen"]["lines_read"] == 604
+    assert sum(reports[0]["counters"]["train"]["drops"].values()) == 4
     with open(tmp_path / "cut" / "export" / "assets" / "serving.json") as f:
         assert json.load(f)["task"] == "ctr"
     lines = ["1 1 1 5 1 7 1 3 2 4 5 3 1 2 3 3 0.5 -0.2 1.0", "1 1 1 5"]
@@ -171,3 +177,39 @@ def test_ctr_binary_resumes_mid_epoch_and_exports(tmp_path):
     assert predicted.returncode == 0, predicted.stderr[-2000:]
     assert (tmp_path / "out.txt").read_text() == f"{answers['probability'][0]:.6f}\n\n"
     assert "unusable lines (empty output): 1 {'malformed': 1}" in predicted.stdout
+
+
+@pytest.mark.slow
+def test_documents_binary_resumes_on_another_number_of_replicas(tmp_path):
+    names = documents.Config().class_names
+    text = "".join(f"{names[i % 7]}\nthe word{i % 5} of {i % 3}\nmore words {i}\n\n"
+                   for i in range(42))
+    (tmp_path / "docs.txt").write_text(text + "Nothing\nunknown label\n\n")
+    files = [f"--files={tmp_path / 'docs.txt'}", "--batch_size=4", "--eval_percent=0"]
+
+    def train(model_dir, *flags, fault=None):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        if fault:
+            env["TFSEQ_FAULT"] = fault
+        return subprocess.run(
+            [sys.executable, "-m", "tfseq.scripts.train", "--task=documents", "--epochs=1",
+             f"--model_dir={model_dir}", "--checkpoint_every=0", "--verbose=0", "--noexport",
+             *files, *flags], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+
+    whole = train(tmp_path / "whole")
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    cut = train(tmp_path / "cut", "--num_replicas=2", fault="after_step:4:TERM")
+    assert cut.returncode == 128 + signal.SIGTERM, cut.stderr[-2000:]
+    first = json.load(open(tmp_path / "cut" / "report.json"))
+    assert first["mode"] == "replicated" and first["replicas"] == 2
+    rest = train(tmp_path / "cut", "--num_replicas=1")
+    assert rest.returncode == 0, rest.stderr[-2000:]
+    reports = [json.load(open(tmp_path / d / "report.json")) for d in ("whole", "cut")]
+    assert [r["steps"] for r in reports] == [11, 11]  # 42 documents in batches of 4
+    assert reports[1]["resumed_at_step"] == 4
+    # Each document trained once over the two commands: 4 batches of 4, then the other 26.
+    assert first["examples_trained"] == 16 and reports[1]["examples_trained"] == 26
+    assert reports[0]["examples_trained"] == 42
+    assert reports[1]["counters"]["train"] == reports[0]["counters"]["train"]
+    assert reports[0]["counters"]["train"]["drops"]["unknown_label"] == 1
+    assert [r["data_state_bytes"] for r in reports] == [0, 0]
