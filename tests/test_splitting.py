@@ -6,7 +6,7 @@ from conftest import to_list
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tfseq.splitting import prefetch_to_device, split_batch
+from tfseq.splitting import prefetch_to_device, split_batch, split_rows
 
 
 def one_batch(**features):
@@ -309,3 +309,21 @@ def test_tokens_balance_largest_part_is_the_greedy_partitions(lengths, num_split
     assert sorted(label for p in parts for label, w in zip(p["label"], p["weight"]) if w) == \
         list(range(len(lengths)))
     assert all(len(p["label"]) >= 1 for p in parts)
+
+
+def test_split_rows_cuts_nested_ragged_and_dense_rows_in_order():
+    ids = tf.ragged.constant([[[1, 2], [3]], [[4]], [[5, 6, 7]]], dtype=tf.int32)
+    batch = ({"ids": ids, "stats": tf.constant([[1.0], [2.0], [3.0]])}, tf.constant([7, 8, 9]))
+
+    def parts(n):
+        out = tf.function(lambda x, y: split_rows((x, y), n))(*batch)
+        return [(p[0]["ids"].to_list(), p[0]["stats"].numpy().tolist(), p[1].numpy().tolist(),
+                 p[2].numpy().tolist()) for p in out]
+
+    assert parts(2) == [([[[1, 2], [3]], [[4]]], [[1.0], [2.0]], [7, 8], [1.0, 1.0]),
+                        ([[[5, 6, 7]]], [[3.0]], [9], [1.0])]
+    # More parts than rows: the empty part gets row 0 again, with weight 0.
+    assert parts(4) == [([[[1, 2], [3]]], [[1.0]], [7], [1.0]),
+                        ([[[4]]], [[2.0]], [8], [1.0]),
+                        ([[[5, 6, 7]]], [[3.0]], [9], [1.0]),
+                        ([[[1, 2], [3]]], [[1.0]], [7], [0.0])]
