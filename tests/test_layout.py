@@ -79,3 +79,28 @@ def test_no_sys_path_edits_anywhere():
                     if filename != "test_layout.py" and re.search(EDIT, text):
                         edits.append(os.path.relpath(path, ROOT))
     assert edits == []
+
+
+def test_the_library_never_imports_the_layers_above_it():
+    """``tfseq/`` (the library) imports nothing of ``tfseq.pipelines``, ``tfseq.models`` or
+    ``tfseq.scripts``; only the package's ``__getattr__`` forwards ``training_pipeline``."""
+    import ast
+
+    upward = []
+    for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, "tfseq")):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for filename in filenames:
+            if not filename.endswith(".py"):
+                continue
+            path = os.path.join(dirpath, filename)
+            with open(path) as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                         else [a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [])
+                for name in names:
+                    if name.split(".")[:2] in (["tfseq", "pipelines"], ["tfseq", "models"],
+                                               ["tfseq", "scripts"]):
+                        upward.append(f"{os.path.relpath(path, ROOT)}:{node.lineno} {name}")
+    assert upward == ["tfseq/__init__.py:70 tfseq.pipelines.fit"]

@@ -26,7 +26,6 @@ from tfseq.corpus import corpus_path
 from tfseq import formats  # user files: tsv / csv / text / conll rows with named columns
 from tfseq.sampling import Reservoir
 from tfseq.model_inputs import ModelFeatures
-from tfseq.pipeline import training_pipeline
 
 # --- mixtures of several sources
 from tfseq.mixing import Mixture, mix
@@ -61,3 +60,14 @@ from tfseq import serving
 # --- layers
 from tfseq import layers
 from tfseq.layers.masked_softmax import masked_softmax
+
+
+def __getattr__(name):
+    """``tfseq.training_pipeline``: the task layer's one call for ``model.fit``
+    (``tfseq.pipelines.fit``), imported when first used so that no library module imports
+    the task layer."""
+    if name == "training_pipeline":
+        from tfseq.pipelines.fit import training_pipeline
+
+        return training_pipeline
+    raise AttributeError(f"module 'tfseq' has no attribute {name!r}")

@@ -1,6 +1,8 @@
 """One call from the user's files to a dataset ``model.fit`` takes: ``training_pipeline``.
 
-It is the path the binaries take (``tfseq.pipelines.spine``), for Keras users who do not want
+Public as ``tfseq.training_pipeline`` (the package forwards the name here when it is first
+used); it lives in the task layer because it is a task's path. It is the path the binaries
+take (``tfseq.pipelines.spine``), for Keras users who do not want
 to compose the steps: records read (``tfseq.formats``: TSV/CSV/text/CoNLL in graph, every drop
 counted), label ids, tokenization, the length policy, the batching seam (pad | bucket | pack,
 ``tfseq.batching.Batching``) and the model's ``(inputs, targets, weights)``
@@ -15,6 +17,11 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from tfseq.errors import InputError
+from tfseq.pipelines import tasks
+from tfseq.pipelines.sources import fingerprint
+from tfseq.pipelines.spine import committed
+from tfseq.pipelines.state import TaskState, spill
 from tfseq.stats import DropCounter, resolve_counter
 from tfseq.text import Vocab
 
@@ -55,12 +62,6 @@ def training_pipeline(files, vocab: Vocab, *, task: str = "classify",
     Raises:
       tfseq.formats.InputError: missing/empty files, bad columns, labels missing.
     """
-    from tfseq.errors import InputError
-    from tfseq.pipelines import tasks
-    from tfseq.pipelines.spine import committed
-    from tfseq.pipelines.sources import fingerprint
-    from tfseq.pipelines.state import TaskState, spill
-
     spine_task = tasks.load(task)
     files = tuple(files.split(",") if isinstance(files, str) else files)
     config = spine_task.Config(
