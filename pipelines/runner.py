@@ -355,6 +355,7 @@ class Runner:
         import keras
 
         import tfseq
+        from tfseq.pipelines import runs
         from tfseq.pipelines.state import PassReport
         from tfseq.training import ReplicaTrainer, Trainer, data_state_bytes
 
@@ -367,11 +368,13 @@ class Runner:
                              "carry their state from chunk to chunk on one device)")
         strategy = (tfseq.mirrored_strategy(settings.num_replicas)
                     if settings.num_replicas > 1 else None)
-        self.on_opened()
         try:
             train_ds, eval_ds, info = task.pipeline.datasets(config)
         except (ValueError, FileNotFoundError) as e:
             raise SetupError(str(e)) from e
+        runs.open_own_run(settings.model_dir, task, config,
+                          model_config=self._model_config(task))
+        self.on_opened()
         scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
         with scope:
             model = task.build_model(config, info, self._model_config(task))

@@ -181,6 +181,44 @@ def _new_run(model_dir: str, task, config, new: dict, *, workers: int, worker: i
     return Run(state, shards, setup, new, resumed=False)
 
 
+def own_input_files(task, config) -> list[str]:
+    """The files a documents, ctr or lm_tbptt run reads (none for generated ctr data)."""
+    import tfseq
+    from tfseq.reading import resolve_files
+
+    patterns = list(getattr(config, "files", ())) + list(getattr(config, "eval_files", ()))
+    if not patterns and task.name == "lm_tbptt":
+        patterns = [tfseq.corpus_path("kjv_en")]
+    return sorted(set(resolve_files(patterns))) if patterns else []
+
+
+def open_own_run(model_dir: str, task, config, *, model_config) -> bool:
+    """Checks or records the settings of a documents, ctr or lm_tbptt run in ``run.json``;
+    returns whether ``model_dir`` already held one (a resume).
+
+    Their position is replayed from the epoch and step (``tfseq.replay``): a resume with
+    another batch size, seed or input would skip other examples, so it stops naming each
+    change. The replica count may change (the steps are global batches).
+
+    Raises:
+      ChangedRun: a resume whose settings differ from the run's.
+    """
+    new = {"task": task.name, "config": _jsonable(dataclasses.asdict(config)),
+           "global_budget": {}, "model": _jsonable(dataclasses.asdict(model_config)),
+           "workers": 1, "input": sources.fingerprint(own_input_files(task, config))}
+    path = os.path.join(model_dir, RUN_FILE)
+    if not os.path.exists(path):
+        os.makedirs(model_dir, exist_ok=True)
+        _write_json(path, new)
+        return False
+    with open(path) as f:
+        saved = json.load(f)
+    changes = compare(saved, new, _jsonable(dataclasses.asdict(type(config)())))
+    if changes:
+        raise ChangedRun(model_dir, changes)
+    return True
+
+
 def _wait_for(path: str, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while not os.path.exists(path):

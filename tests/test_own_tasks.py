@@ -213,3 +213,7 @@ def test_documents_binary_resumes_on_another_number_of_replicas(tmp_path):
     assert reports[1]["counters"]["train"] == reports[0]["counters"]["train"]
     assert reports[0]["counters"]["train"]["drops"]["unknown_label"] == 1
     assert [r["data_state_bytes"] for r in reports] == [0, 0]
+    # The position is replayed from the settings: a resume that changes them stops first.
+    changed = train(tmp_path / "cut", "--batch_size=8")
+    assert changed.returncode == 2
+    assert "--batch_size: saved 4, now 8" in changed.stderr, changed.stderr[-2000:]
