@@ -31,8 +31,10 @@ def export_run(model_dir: str, task, config, state: TaskState, model,
                export_dir: str | None = None) -> str | None:
     """Writes the SavedModel of a trained ``model`` to ``export_dir`` (``<model_dir>/export``,
     replaced if it exists); returns it (``None`` for a task without an export)."""
+    if isinstance(task, tasks.OwnPipelineTask):  # ``state``: the pipeline's info
+        return export_own(model_dir, task, config, state, model, export_dir)
     if not isinstance(task, TextTask):
-        logging.warning("No export for task %s (exportable: the text tasks)", task.name)
+        logging.warning("No export for task %s", task.name)
         return None
     export_dir = export_dir or os.path.join(model_dir, "export")
     served_model = task.build_model(config, state)  # outside any strategy scope
@@ -75,7 +77,6 @@ def load_run(model_dir: str):
 
     Raises:
       FileNotFoundError: no ``run.json`` (not a run directory, or one that never started).
-      ValueError: a task that cannot be exported.
     """
     path = os.path.join(model_dir, RUN_FILE)
     if not os.path.exists(path):
@@ -83,17 +84,33 @@ def load_run(model_dir: str):
     with open(path) as f:
         saved = json.load(f)
     task = tasks.load(saved["task"])
-    if not isinstance(task, TextTask):
-        raise ValueError(f"{model_dir}: task {saved['task']!r} cannot be exported; exportable "
-                         f"tasks: {sorted(tasks.SPINE)}")
     fields = {f.name for f in dataclasses.fields(task.Config)}
     values = {k: tuple(v) if isinstance(v, list) else v
               for k, v in saved["config"].items() if k in fields}
     return task, task.Config(**values), saved
 
 
+def _restore_own(model_dir: str, task, config, model_config):
+    """A documents, ctr or lm_tbptt run's model with its newest weights, and the pipeline's
+    ``info`` (its vocabulary is learned again from the same files: the same one)."""
+    import tensorflow as tf
+
+    from tfseq.training import checkpoints_newest_first
+
+    checkpoints = checkpoints_newest_first(os.path.join(model_dir, "ckpt"))
+    if not checkpoints:
+        raise FileNotFoundError(f"No checkpoint in {model_dir}/ckpt: nothing to export")
+    _, eval_ds, info = task.pipeline.datasets(config)
+    model = task.build_model(config, info, model_config)
+    if not model.built:  # a subclassed model makes its weights on its first call
+        model(next(iter(eval_ds))[0], training=False)
+    tf.train.Checkpoint(model=model).restore(checkpoints[0]).expect_partial()
+    return model, info
+
+
 def restore_model(model_dir: str, task, config, saved: dict):
-    """The run's model with its newest weights, and its ``TaskState``.
+    """The run's model with its newest weights, and its ``TaskState`` (a documents, ctr or
+    lm_tbptt run: the pipeline's ``info``).
 
     Raises:
       FileNotFoundError: neither a checkpoint nor ``weights.weights.h5`` in ``model_dir``.
@@ -102,8 +119,10 @@ def restore_model(model_dir: str, task, config, saved: dict):
 
     from tfseq.training import checkpoints_newest_first
 
-    state = TaskState.load(model_dir, list(task.vocab_columns), list(task.label_columns))
     model_config = task.model_config(**saved.get("model", {}))
+    if isinstance(task, tasks.OwnPipelineTask):
+        return _restore_own(model_dir, task, config, model_config)
+    state = TaskState.load(model_dir, list(task.vocab_columns), list(task.label_columns))
     model = task.build_model(config, state, model_config)
     checkpoints = checkpoints_newest_first(os.path.join(model_dir, "ckpt"))
     weights = os.path.join(model_dir, "weights.weights.h5")

@@ -177,6 +177,14 @@ def test_ctr_binary_resumes_mid_epoch_and_exports(tmp_path):
     assert predicted.returncode == 0, predicted.stderr[-2000:]
     assert (tmp_path / "out.txt").read_text() == f"{answers['probability'][0]:.6f}\n\n"
     assert "unusable lines (empty output): 1 {'malformed': 1}" in predicted.stdout
+    # tfseq-export from the run directory: the same model as the export written at the end.
+    exported = subprocess.run(
+        [sys.executable, "-m", "tfseq.scripts.export", f"--model_dir={tmp_path / 'cut'}",
+         f"--export_dir={tmp_path / 'again'}"], capture_output=True, text=True, cwd=ROOT,
+        timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    again = serve_plain(str(tmp_path / "again"), "line", lines)
+    np.testing.assert_allclose(again["probability"], answers["probability"], atol=1e-6)
 
 
 @pytest.mark.slow
