@@ -52,7 +52,8 @@ def make_parser(fmt: formats.RowFormat, field: str):
     def parse(lines):
         row, ok = formats.parse(lines, fmt)
         # TFRecord records are binary: their text column is what must be clean text.
-        checks = line_checks(row[field] if fmt.format == "tfrecord" else lines, None)
+        checks = line_checks(row[field] if formats.format_of(fmt.format).binary else lines,
+                             None)
         reason = tf.where(ok, 0, REASONS.index("malformed"))
         for name in ("nul_byte", "invalid_utf8"):  # the first failing check wins
             reason = tf.where(checks[name], REASONS.index(name), reason)

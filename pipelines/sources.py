@@ -90,7 +90,7 @@ def user_source(config, split: str, *, required: Sequence[str],
         return formats.parse_rows(records, fmt, counter, split=hold_out,
                                   eval_percent=config.eval_percent)
 
-    binary = fmt.format == "tfrecord"
+    binary = formats.format_of(fmt.format).binary
     return Source(", ".join(files), tuple(files), read, parse,
                   lambda limit: formats.drop_examples(files, fmt, limit=limit),
                   must_check=binary,

@@ -75,7 +75,9 @@ class Tag(TextTask):
                              f"not {config.tokenizer}")
         if not config.train_files:
             return super().source(config, split)
-        conll = formats.infer_format(formats.resolve(config.train_files), config.format) == "conll"
+        # A record per sentence (CoNLL), or a row of tokens and tags per line.
+        conll = not formats.format_of(formats.infer_format(
+            formats.resolve(config.train_files), config.format)).per_example
         required = CONLL_COLUMNS if conll else ROW_COLUMNS
         source = sources.user_source(config, split, required=required, allowed=required)
         if not conll:

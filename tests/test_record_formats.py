@@ -256,3 +256,30 @@ def test_tag_reads_jsonl_with_tags_as_arrays_or_strings(tmp_path):
     assert examples == 60
     assert data.counters["train"].drops()["unequal_counts"] == 1
     assert data.drop_examples(3) == [f"{path}:61: unequal_counts (2 tokens, 1 tags)"]
+
+
+def test_a_new_format_is_one_class(tmp_path, monkeypatch):
+    """A pipe-separated format, written as one ``Format`` subclass and registered, is inferred
+    from its extension, read, parsed and its bad lines counted and named."""
+
+    class PipeSeparated(formats.Format):
+        name, extensions = "psv", (".psv",)
+
+        def parse(self, records, fmt):
+            fields = tf.strings.split(records, "|")
+            ok = tf.equal(fields.row_lengths(), len(fmt.columns))
+            dense = fields.to_tensor("", shape=[None, len(fmt.columns)])
+            return {c: dense[:, i] for i, c in enumerate(fmt.columns) if c != "_"}, ok
+
+    monkeypatch.setitem(formats.FORMAT_CLASSES, "psv", PipeSeparated())
+    path = tmp_path / "rows.psv"
+    path.write_text("pos|good film\nneg|bad|extra\nneg|dull\n")
+    fmt = formats.row_format([str(path)], None, None, False, required=("label", "text"),
+                             allowed=("label", "text"))
+    assert fmt == formats.RowFormat("psv", ("label", "text"))
+    counter = tfseq.DropCounter("psv")
+    rows = [{k: v.tolist() for k, v in r.items()}
+            for r in formats.read_rows([str(path)], fmt, counter).as_numpy_iterator()]
+    assert rows == [{"label": [b"pos", b"neg"], "text": [b"good film", b"dull"]}]
+    assert counter.drops()["malformed"] == 1
+    assert formats.drop_examples([str(path)], fmt) == [f"{path}:2: malformed"]

@@ -58,9 +58,6 @@ from tfseq.filtering import valid_utf8
 from tfseq.reading import resolve_files, text_lines, verify_gzip
 from tfseq.stats import DropCounter
 
-LINE_FORMATS = ("tsv", "csv", "text", "jsonl")  # one record per line
-RECORD_FORMATS = LINE_FORMATS + ("tfrecord",)  # one example per line or record
-FORMATS = RECORD_FORMATS + ("conll",)
 PAIR = "pair"  # records of two line-aligned files (``read_aligned``); not a --format
 TEXT_COLUMNS = ("text", "source", "target", "tokens", "token")
 READ_BATCH = 1024  # records per batch on the vectorized path (512: ~6-15% less throughput)
@@ -105,15 +102,15 @@ def infer_format(files: Sequence[str], format: str | None = None) -> str:
       InputError: an unknown ``format``.
     """
     if format:
-        if format not in FORMATS:
-            raise InputError(f"Unknown --format={format!r}; expected one of {FORMATS}")
+        if format not in FORMAT_CLASSES:
+            raise InputError(f"Unknown --format={format!r}; expected one of "
+                             f"{tuple(FORMAT_CLASSES)}")
         return format
     name = files[0][:-3] if files and files[0].endswith(".gz") else (files[0] if files else "")
-    if ".tfrecord" in os.path.basename(name).lower():
-        return "tfrecord"
-    ext = os.path.splitext(name)[1].lower()
-    return {".tsv": "tsv", ".csv": "csv", ".conll": "conll", ".conllu": "conll",
-            ".jsonl": "jsonl", ".ndjson": "jsonl"}.get(ext, "text")
+    for candidate in FORMAT_CLASSES.values():
+        if candidate.matches(os.path.basename(name).lower()):
+            return candidate.name
+    return "text"
 
 
 def row_format(files: Sequence[str], format: str | None, columns: Sequence[str] | None,
@@ -132,13 +129,8 @@ def row_format(files: Sequence[str], format: str | None, columns: Sequence[str] 
       InputError: an unknown or duplicated column name, or a required one missing.
     """
     format = infer_format(files, format)
-    if format == "text":
-        columns = tuple(columns or ("text",))
-        if columns != ("text",) or tuple(required) != ("text",):
-            raise InputError(f"--format=text gives one column, 'text'; this task needs "
-                             f"{list(required)}: use --format=tsv or csv with --columns="
-                             + ",".join(required))
-    columns = tuple(c.strip() for c in (columns or required))
+    kind = FORMAT_CLASSES[format]
+    columns = kind.columns_for(columns, required)
     unknown = [c for c in columns if c != "_" and c not in allowed]
     if unknown:
         raise InputError(f"Unknown column name(s) {unknown} in --columns={','.join(columns)}; "
@@ -151,15 +143,7 @@ def row_format(files: Sequence[str], format: str | None, columns: Sequence[str] 
         raise InputError(f"--columns={','.join(columns)} has no {missing} column: name the "
                          f"fields of {files[0] if files else 'the files'} in order, e.g. "
                          f"--columns={','.join(required)}")
-    if format == "tfrecord":
-        if header:
-            raise InputError("--header does not apply to --format=tfrecord (records have no "
-                             "header line): leave it out")
-        if "_" in columns:
-            raise InputError("--format=tfrecord reads features by name: list only the ones "
-                             "to read in --columns, without '_'")
-        return RowFormat(format, columns, False, feature_kinds(files, names))
-    return RowFormat(format, columns, bool(header))
+    return kind.row_format(files, columns, header)
 
 
 def feature_kinds(files: Sequence[str], names: Sequence[str], *, records: int = 100
@@ -238,19 +222,9 @@ def read_records(files: Sequence[str], fmt: RowFormat, *, batch_size: int = READ
       InputError: a missing file, or a corrupt or truncated gzip file (the message names it).
     """
     try:
-        if fmt.format == "tfrecord":
-            ds = _tfrecords(files)
-            if num_shards > 1:
-                ds = ds.shard(num_shards, shard_index)
-            return ds.batch(batch_size)
-        if fmt.format == "conll":
-            ds = conll_sentences(files, fmt, batch_size=batch_size)
-            if num_shards > 1:
-                ds = ds.unbatch().shard(num_shards, shard_index).batch(batch_size)
-            return ds
-        return text_lines(files, batch_size=batch_size, header=fmt.header,
-                          num_shards=num_shards, shard_index=shard_index,
-                          num_parallel_reads=1 if in_order else None)
+        return format_of(fmt.format).read(files, fmt, batch_size=batch_size,
+                                          num_shards=num_shards, shard_index=shard_index,
+                                          in_order=in_order)
     except (ValueError, FileNotFoundError) as e:
         raise InputError(str(e)) from None
 
@@ -384,33 +358,7 @@ def parse(records: tf.Tensor, fmt: RowFormat) -> tuple[dict[str, tf.Tensor], tf.
 
     ``ok`` is false on a malformed record (its columns are then empty strings). Vectorized.
     """
-    k = len(fmt.columns)
-    if fmt.format == "text":
-        return {"text": records}, tf.ones_like(records, tf.bool)
-    if fmt.format == "tfrecord":
-        return _parse_examples(records, fmt)
-    if fmt.format == "jsonl":
-        from tfseq.jsonl import decode_fields
-
-        return decode_fields(records, fmt.names, array_keys=fmt.names)
-    if fmt.format in ("tsv", "conll", PAIR):
-        separator = "\t" if fmt.format == "tsv" else _FIELD_SEPARATOR
-        width = k if fmt.format == "tsv" else len(fmt.names)
-        fields = tf.strings.split(records, separator)
-        ok = tf.equal(fields.row_lengths(), width)
-        dense = tf.where(ok[:, None], fields.to_tensor("", shape=[None, width]), "")
-        names = fmt.columns if fmt.format == "tsv" else fmt.names
-        row = {name: dense[:, i] for i, name in enumerate(names) if name != "_"}
-        return row, ok
-    well_formed = tf.strings.regex_full_match(records, _CSV_LINE)
-    # Field count = commas outside quoted fields + 1.
-    bare = tf.strings.regex_replace(records, r'"(?:[^"]|"")*"', "")
-    commas = tf.strings.length(bare) - tf.strings.length(tf.strings.regex_replace(bare, ",", ""))
-    ok = tf.logical_and(well_formed, tf.equal(commas, k - 1))
-    safe = tf.where(ok, records, "," * (k - 1))
-    values = tf.io.decode_csv(safe, record_defaults=[""] * k, use_quote_delim=True,
-                              na_value="__tfseq_never__")
-    return {name: values[i] for i, name in enumerate(fmt.columns) if name != "_"}, ok
+    return format_of(fmt.format).parse(records, fmt)
 
 
 def _parse_examples(records: tf.Tensor, fmt: RowFormat) -> tuple[dict, tf.Tensor]:
@@ -445,12 +393,7 @@ def drop_checks(records: tf.Tensor, row: dict, ok: tf.Tensor, fmt: RowFormat | N
                 ) -> dict[str, tf.Tensor]:
     """The ordered ``reason -> bool [n]`` checks of a parsed batch (true: drop). TFRecord
     records are binary: there the columns' values must be UTF-8, not the records."""
-    if fmt is not None and fmt.format == "tfrecord":
-        bad_utf8 = tf.zeros_like(ok)
-        for value in row.values():
-            bad_utf8 |= tf.logical_not(valid_utf8(value))
-    else:
-        bad_utf8 = tf.logical_not(valid_utf8(records))
+    bad_utf8 = format_of(fmt.format if fmt is not None else "tsv").bad_utf8(records, row, ok)
     empty = tf.zeros_like(ok)
     for name in TEXT_COLUMNS:
         if name in row:
@@ -482,12 +425,7 @@ def parse_rows(records: tf.Tensor, fmt: RowFormat, counter: DropCounter, *,
         # A line pair's key is "source<TAB>target", as a TSV line of the pair would be; a
         # JSON line's or an Example's, its named columns joined by tabs: the same rows split
         # alike whatever the format.
-        keys = records
-        if fmt.format == PAIR:
-            keys = tf.strings.regex_replace(records, _FIELD_SEPARATOR, "\t")
-        elif fmt.format in ("jsonl", "tfrecord"):
-            keys = tf.strings.reduce_join(tf.stack([row[n] for n in fmt.names], axis=1),
-                                          axis=1, separator="\t")
+        keys = format_of(fmt.format).hold_out_keys(records, row, fmt)
         checks["other_split"] = tf.not_equal(in_eval_split(keys, eval_percent),
                                              split == "eval")
     checks.update(drop_checks(records, row, ok, fmt))
@@ -511,10 +449,14 @@ def read_rows(files: Sequence[str], fmt: RowFormat, counter: DropCounter, *,
 def drop_examples(files: Sequence[str], fmt: RowFormat, *, limit: int = 5) -> list[str]:
     """The first ``limit`` malformed records as ``"file:line: reason"`` (a diagnostic pass,
     reading each file until enough are found; for CoNLL the line is the bad token line)."""
-    if fmt.format == "conll":
-        return _conll_drop_examples(files, fmt, limit)
+    return format_of(fmt.format).drop_examples(files, fmt, limit)
+
+
+def _numbered_drop_examples(files: Sequence[str], fmt: RowFormat, limit: int, *,
+                            binary: bool) -> list[str]:
+    """``drop_examples`` of a format with one record per line (or per TFRecord record):
+    parse and check each file's records, numbered from 1."""
     found: list[str] = []
-    binary = fmt.format == "tfrecord"
     for path in files:
         ds = _tfrecords([path]) if binary else text_lines(path)
         ds = tf.data.Dataset.zip(tf.data.Dataset.range(1, 1 << 62), ds).batch(READ_BATCH)
@@ -585,6 +527,235 @@ def _conll_drop_examples(files: Sequence[str], fmt: RowFormat, limit: int) -> li
                     if len(found) >= limit:
                         return found
     return found
+
+
+# ----------------------------------------------------------------------------- the formats
+
+class Format:
+    """One input format: the files it is inferred from, how its records are read, parsed and
+    checked, the key that holds a record out, and how a bad record is named. A new format is
+    one subclass here, registered in ``FORMAT_CLASSES`` (the module's functions dispatch on
+    ``RowFormat.format``); a decoder of its own may live in its own module (``tfseq.jsonl``).
+
+    Attributes:
+      name: the ``--format`` value.
+      extensions: file extensions it is inferred from (lower case, after a ``.gz``).
+      per_line: one record per text line (``LINE_FORMATS``: predict and profile read them).
+      per_example: one example per record (``RECORD_FORMATS``); CoNLL's records are sentences.
+      binary: records are not text: UTF-8 is checked on the parsed columns, records are named
+        by number (``file: record N``), and a diagnostic pass explains unreadable files.
+    """
+
+    name = ""
+    extensions: tuple[str, ...] = ()
+    per_line = True
+    per_example = True
+    binary = False
+
+    def matches(self, basename: str) -> bool:
+        """Whether a file (its lower-case name, without ``.gz``) is inferred to be this."""
+        return os.path.splitext(basename)[1] in self.extensions
+
+    def columns_for(self, columns, required) -> tuple[str, ...]:
+        """The ``--columns`` to use (default: the task's required ones)."""
+        return tuple(c.strip() for c in (columns or required))
+
+    def row_format(self, files, columns, header) -> RowFormat:
+        """The ``RowFormat`` once the columns are checked (a format may look at the files)."""
+        return RowFormat(self.name, columns, bool(header))
+
+    def read(self, files, fmt: RowFormat, *, batch_size: int, num_shards: int,
+             shard_index: int, in_order: bool) -> tf.data.Dataset:
+        """The records as ``tf.string [n]`` batches (see ``read_records``)."""
+        return text_lines(files, batch_size=batch_size, header=fmt.header,
+                          num_shards=num_shards, shard_index=shard_index,
+                          num_parallel_reads=1 if in_order else None)
+
+    def parse(self, records, fmt: RowFormat):
+        """``tf.string [n]`` -> ``({column: tf.string [n]}, ok bool [n])``."""
+        raise NotImplementedError
+
+    def bad_utf8(self, records, row, ok):
+        """bool ``[n]``: records that are not valid UTF-8."""
+        return tf.logical_not(valid_utf8(records))
+
+    def hold_out_keys(self, records, row, fmt: RowFormat):
+        """``tf.string [n]``: what ``in_eval_split`` hashes (the record itself)."""
+        return records
+
+    def drop_examples(self, files, fmt: RowFormat, limit: int) -> list[str]:
+        return _numbered_drop_examples(files, fmt, limit, binary=self.binary)
+
+
+class Tsv(Format):
+    """Tab-separated fields, exactly ``len(columns)`` per line."""
+
+    name, extensions = "tsv", (".tsv",)
+
+    def parse(self, records, fmt):
+        return _split_parse(records, "\t", fmt.columns)
+
+
+class Csv(Format):
+    """RFC 4180 on one line: quoted fields may hold commas and doubled quotes."""
+
+    name, extensions = "csv", (".csv",)
+
+    def parse(self, records, fmt):
+        k = len(fmt.columns)
+        well_formed = tf.strings.regex_full_match(records, _CSV_LINE)
+        # Field count = commas outside quoted fields + 1.
+        bare = tf.strings.regex_replace(records, r'"(?:[^"]|"")*"', "")
+        commas = (tf.strings.length(bare)
+                  - tf.strings.length(tf.strings.regex_replace(bare, ",", "")))
+        ok = tf.logical_and(well_formed, tf.equal(commas, k - 1))
+        safe = tf.where(ok, records, "," * (k - 1))
+        values = tf.io.decode_csv(safe, record_defaults=[""] * k, use_quote_delim=True,
+                                  na_value="__tfseq_never__")
+        return {name: values[i] for i, name in enumerate(fmt.columns) if name != "_"}, ok
+
+
+class Text(Format):
+    """The whole line is the one column, ``text`` (what a file of any other name is)."""
+
+    name = "text"
+
+    def matches(self, basename):
+        return False  # the default when nothing else matches
+
+    def columns_for(self, columns, required):
+        columns = tuple(columns or ("text",))
+        if columns != ("text",) or tuple(required) != ("text",):
+            raise InputError(f"--format=text gives one column, 'text'; this task needs "
+                             f"{list(required)}: use --format=tsv or csv with --columns="
+                             + ",".join(required))
+        return columns
+
+    def parse(self, records, fmt):
+        return {"text": records}, tf.ones_like(records, tf.bool)
+
+
+class JsonLines(Format):
+    """One JSON object per line, columns by key (``tfseq.jsonl``)."""
+
+    name, extensions = "jsonl", (".jsonl", ".ndjson")
+
+    def parse(self, records, fmt):
+        from tfseq.jsonl import decode_fields
+
+        return decode_fields(records, fmt.names, array_keys=fmt.names)
+
+    def hold_out_keys(self, records, row, fmt):
+        return _named_columns_key(row, fmt)
+
+
+class TfRecord(Format):
+    """``tf.train.Example`` records, columns by feature name (bytes or int64)."""
+
+    name, per_line, binary = "tfrecord", False, True
+
+    def matches(self, basename):
+        return ".tfrecord" in basename  # also TFDS-style name.tfrecord-00000-of-00010
+
+    def row_format(self, files, columns, header):
+        if header:
+            raise InputError("--header does not apply to --format=tfrecord (records have no "
+                             "header line): leave it out")
+        if "_" in columns:
+            raise InputError("--format=tfrecord reads features by name: list only the ones "
+                             "to read in --columns, without '_'")
+        names = [c for c in columns if c != "_"]
+        return RowFormat(self.name, columns, False, feature_kinds(files, names))
+
+    def read(self, files, fmt, *, batch_size, num_shards, shard_index, in_order):
+        ds = _tfrecords(files)
+        if num_shards > 1:
+            ds = ds.shard(num_shards, shard_index)
+        return ds.batch(batch_size)
+
+    def parse(self, records, fmt):
+        return _parse_examples(records, fmt)
+
+    def bad_utf8(self, records, row, ok):
+        bad = tf.zeros_like(ok)
+        for value in row.values():
+            bad |= tf.logical_not(valid_utf8(value))
+        return bad
+
+    def hold_out_keys(self, records, row, fmt):
+        return _named_columns_key(row, fmt)
+
+
+class Conll(Format):
+    """One token per line, a blank line ends a sentence: a record per sentence."""
+
+    name, extensions, per_line, per_example = "conll", (".conll", ".conllu"), False, False
+
+    def read(self, files, fmt, *, batch_size, num_shards, shard_index, in_order):
+        ds = conll_sentences(files, fmt, batch_size=batch_size)
+        if num_shards > 1:
+            ds = ds.unbatch().shard(num_shards, shard_index).batch(batch_size)
+        return ds
+
+    def parse(self, records, fmt):
+        return _split_parse(records, _FIELD_SEPARATOR, fmt.names)
+
+    def drop_examples(self, files, fmt, limit):
+        return _conll_drop_examples(files, fmt, limit)
+
+
+class Pair(Format):
+    """Two line-aligned files (``read_aligned``), columns ``source, target``; not a
+    ``--format``: ``--source_files``/``--target_files`` give it."""
+
+    name, per_line = PAIR, False
+
+    def matches(self, basename):
+        return False
+
+    def read(self, files, fmt, *, batch_size, num_shards, shard_index, in_order):
+        """``files``: ``(source files, target files)``."""
+        source_files, target_files = files
+        return read_aligned(source_files, target_files, batch_size=batch_size,
+                            num_shards=num_shards, shard_index=shard_index)
+
+    def parse(self, records, fmt):
+        return _split_parse(records, _FIELD_SEPARATOR, fmt.names)
+
+    def hold_out_keys(self, records, row, fmt):
+        # "source<TAB>target", as a TSV line of the pair would be.
+        return tf.strings.regex_replace(records, _FIELD_SEPARATOR, "\t")
+
+
+def _split_parse(records, separator: str, names: Sequence[str]):
+    """Records of exactly ``len(names)`` fields split on ``separator`` -> named columns
+    (``"_"`` discarded) and ``ok``."""
+    width = len(names)
+    fields = tf.strings.split(records, separator)
+    ok = tf.equal(fields.row_lengths(), width)
+    dense = tf.where(ok[:, None], fields.to_tensor("", shape=[None, width]), "")
+    return {name: dense[:, i] for i, name in enumerate(names) if name != "_"}, ok
+
+
+def _named_columns_key(row, fmt: RowFormat):
+    """The named columns joined by tabs: a JSON line or an Example holds out as the TSV line
+    of the same row would."""
+    return tf.strings.reduce_join(tf.stack([row[n] for n in fmt.names], axis=1), axis=1,
+                                  separator="\t")
+
+
+# ``--format`` -> its class, in inference order (Text, the default, matches nothing).
+FORMAT_CLASSES: dict[str, Format] = {f.name: f for f in (
+    Tsv(), Csv(), Text(), JsonLines(), TfRecord(), Conll())}
+_PAIR_FORMAT = Pair()
+LINE_FORMATS = tuple(n for n, f in FORMAT_CLASSES.items() if f.per_line)  # a record per line
+RECORD_FORMATS = tuple(n for n, f in FORMAT_CLASSES.items() if f.per_example)
+FORMATS = tuple(FORMAT_CLASSES)
+
+
+def format_of(name: str) -> Format:
+    """The ``Format`` of a ``RowFormat.format`` (``PAIR`` included)."""
+    return _PAIR_FORMAT if name == PAIR else FORMAT_CLASSES[name]
 
 
 def text_column(patterns, *, format: str | None = None, columns: Sequence[str] | None = None,
