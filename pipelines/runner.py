@@ -369,7 +369,7 @@ class Runner:
         strategy = (tfseq.mirrored_strategy(settings.num_replicas)
                     if settings.num_replicas > 1 else None)
         try:
-            train_ds, eval_ds, info = task.pipeline.datasets(config)
+            _, eval_ds, info = task.pipeline.datasets(config)  # info["train_stream"] trains
         except (ValueError, FileNotFoundError) as e:
             raise SetupError(str(e)) from e
         runs.open_own_run(settings.model_dir, task, config,

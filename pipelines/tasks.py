@@ -4,8 +4,11 @@ The text tasks (classify, lm, translate, tag) are ``spine.TextTask`` instances: 
 binary does with them (prepare, train, evaluate, export, predict) goes through that interface.
 The other tasks (documents: nested sentences; ctr: MultiSlot slots; lm_tbptt: truncated BPTT
 over streams) have pipelines of their own shape, wrapped in ``OwnPipelineTask``: a module with
-a ``Config`` and ``datasets(config) -> (train_ds, eval_ds, info)`` and a model module with
-``build_model(config, info, model_config)``.
+a ``Config``, ``datasets(config) -> (train_ds, eval_ds, info)`` (``info["train_stream"]``: the
+training epochs as a ``tfseq.replay.ReplayStream``, resumed from the epoch and step) and
+``serving_module(config, info, model, asset_dir)`` (the export over raw input), and a model
+module with ``build_model(config, info, model_config)``. The runner trains them on their own
+path (``Runner._train_own``).
 """
 
 from __future__ import annotations
