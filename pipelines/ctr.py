@@ -38,7 +38,7 @@ import tfseq
 from tfseq import multislot
 from tfseq._common import check_positive_int
 from tfseq.multislot import Slot
-from tfseq.replay import ReplayStream, epoch_seed
+from tfseq.replay import ReplayStream, epoch_shuffle
 
 SLOTS = (
     Slot("click", "uint64", "dense", (1,)),
@@ -273,7 +273,7 @@ def datasets(config: Config = Config(), counters: dict | None = None):
                                     deterministic=True)
 
     def train_epoch(epoch):
-        lines = out["train"].shuffle(config.shuffle_buffer, seed=epoch_seed(config.seed, epoch))
+        lines = epoch_shuffle(out["train"], config.shuffle_buffer, config.seed, epoch)
         return lines.ragged_batch(config.batch_size).map(_to_model_inputs)
 
     stream = ReplayStream(train_epoch, count=_count, seed=config.seed)

@@ -46,7 +46,7 @@ from tfseq import formats, serving
 from tfseq._common import check_positive_int
 from tfseq.corpus import BOOK_TO_SECTION, SECTION_NAMES
 from tfseq.reading import resolve_files, verify_gzip
-from tfseq.replay import ReplayStream, epoch_seed
+from tfseq.replay import ReplayStream, epoch_shuffle
 from tfseq.stats import resolve_counter
 from tfseq.text import get_tokenizer
 
@@ -322,8 +322,8 @@ def datasets(config: Config = Config(), counters: dict | None = None):
         return docs.map(lambda b: ({"ids": b["ids"]}, b["label"]))
 
     def train_epoch(epoch):
-        return batches(examples["train"].shuffle(
-            config.shuffle_buffer, seed=epoch_seed(config.seed, epoch)))
+        return batches(epoch_shuffle(examples["train"], config.shuffle_buffer, config.seed,
+                                     epoch))
 
     stream = ReplayStream(train_epoch, count=_count, seed=config.seed)
     eval_ds = batches(examples["eval"].cache()).prefetch(tf.data.AUTOTUNE)

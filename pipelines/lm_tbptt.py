@@ -41,7 +41,7 @@ import tensorflow as tf
 import tfseq
 from tfseq import formats, serving
 from tfseq._common import identity
-from tfseq.replay import ReplayStream, epoch_seed
+from tfseq.replay import ReplayStream, epoch_shuffle
 from tfseq.tbptt import CHUNK_INDEX, RESETS, tbptt_chunks, tbptt_stream
 from tfseq.text import BOS_ID, EOS_ID
 
@@ -211,8 +211,8 @@ def train_stream(config: Config, vocab: tfseq.Vocab,
     sequences = _sequences(config, "train", vocab, counter)
 
     def epoch_batches(epoch):
-        return _batches(config, sequences.shuffle(
-            config.shuffle_buffer, seed=epoch_seed(config.seed, epoch)), training=True)
+        return _batches(config, epoch_shuffle(sequences, config.shuffle_buffer, config.seed,
+                                              epoch), training=True)
 
     return ReplayStream(epoch_batches, count=_count, seed=config.seed)
 

@@ -38,6 +38,23 @@ def epoch_seed(seed: int, epoch: tf.Tensor) -> tf.Tensor:
     return tf.constant(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)
 
 
+def epoch_shuffle(dataset: tf.data.Dataset, buffer_size: int, seed: int,
+                  epoch: tf.Tensor) -> tf.data.Dataset:
+    """``dataset.shuffle(buffer_size)`` in the order of ``(seed, epoch)`` alone, inside a
+    ``make_epoch`` (a dataset function's graph).
+
+    The op seed is a tensor (``epoch_seed``), and the graph's global seed is left out: it
+    would make the order depend on ``tf.random.set_seed`` too, and TensorFlow cannot combine a
+    global seed of 0 with a tensor op seed (it compares the pair to ``(0, 0)`` in Python).
+    """
+    graph = tf.compat.v1.get_default_graph()
+    global_seed, graph.seed = graph.seed, None
+    try:
+        return dataset.shuffle(buffer_size, seed=epoch_seed(seed, epoch))
+    finally:
+        graph.seed = global_seed
+
+
 class ReplayStream:
     """An epoch of batches as a function of the epoch number; see the module docstring.
 
@@ -96,4 +113,4 @@ class ReplayStream:
         return batches.prefetch(tf.data.AUTOTUNE).with_options(pipeline_options())
 
 
-__all__ = ["ReplayStream", "epoch_seed"]
+__all__ = ["ReplayStream", "epoch_seed", "epoch_shuffle"]
