@@ -42,6 +42,18 @@ def serve_plain(export_dir, input_name, inputs):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def train_binary(task, model_dir, *flags, fault=None):
+    """``tfseq-train --task=TASK`` for one epoch in its own process (``fault``: a
+    ``TFSEQ_FAULT`` point, e.g. ``after_step:8:TERM``)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    if fault:
+        env["TFSEQ_FAULT"] = fault
+    return subprocess.run(
+        [sys.executable, "-m", "tfseq.scripts.train", f"--task={task}", "--epochs=1",
+         f"--model_dir={model_dir}", "--checkpoint_every=0", "--verbose=0", *flags],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+
+
 def train_a_little(model, info, steps=3):
     training.Trainer(model, info["train_stream"], model_dir=None).fit(1, verbose=0,
                                                                        max_steps=steps)
@@ -139,13 +151,7 @@ def test_ctr_binary_resumes_mid_epoch_and_exports(tmp_path):
              f"--eval_files={data['eval_files'][0]}", "--batch_size=32"]
 
     def train(model_dir, *flags, fault=None):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        if fault:
-            env["TFSEQ_FAULT"] = fault
-        return subprocess.run(
-            [sys.executable, "-m", "tfseq.scripts.train", "--task=ctr", "--epochs=1",
-             f"--model_dir={model_dir}", "--checkpoint_every=0", "--verbose=0", *files, *flags],
-            capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+        return train_binary("ctr", model_dir, *files, *flags, fault=fault)
 
     whole = train(tmp_path / "whole")
     assert whole.returncode == 0, whole.stderr[-2000:]
@@ -196,13 +202,7 @@ def test_documents_binary_resumes_on_another_number_of_replicas(tmp_path):
     files = [f"--files={tmp_path / 'docs.txt'}", "--batch_size=4", "--eval_percent=0"]
 
     def train(model_dir, *flags, fault=None):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        if fault:
-            env["TFSEQ_FAULT"] = fault
-        return subprocess.run(
-            [sys.executable, "-m", "tfseq.scripts.train", "--task=documents", "--epochs=1",
-             f"--model_dir={model_dir}", "--checkpoint_every=0", "--verbose=0", "--noexport",
-             *files, *flags], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+        return train_binary("documents", model_dir, "--noexport", *files, *flags, fault=fault)
 
     whole = train(tmp_path / "whole")
     assert whole.returncode == 0, whole.stderr[-2000:]
