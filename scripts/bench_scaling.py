@@ -62,6 +62,12 @@ flags.DEFINE_integer("repeats", 3, "Timed passes per feed; the best is reported.
 flags.DEFINE_list("parallel", ["default"], "Parallelism of the bucket and pack stages, one run "
                   "of those feeds each: bucket_by_length(num_parallel_pools=K), "
                   "pack(num_parallel_parts=K); 'default' leaves it to them.")
+flags.DEFINE_list("lanes", [], "Also run raw, bucket and pack as K lanes (tfseq.in_lanes: K whole "
+                  "pipelines over a round-robin split of the files, merged in a fixed order), "
+                  "one run per K; inside a lane pools and parts are --lane_parallel at once.")
+flags.DEFINE_integer("lane_reads", 1, "Files each lane reads at once (text_lines' "
+                     "num_parallel_reads inside a lane).")
+flags.DEFINE_integer("lane_parallel", 1, "num_parallel_pools / num_parallel_parts inside a lane.")
 flags.DEFINE_string("tokenize_parallel", "auto", "tokenize(num_parallel_calls=...): 'auto' "
                     "(tf.data.AUTOTUNE), 'cores' (the process' cores) or a number.")
 flags.DEFINE_list("feeds", ["raw", "bucket", "pack", "bucket_alone", "pack_alone", "plain", "read"],
@@ -138,6 +144,25 @@ def build_feeds(files, vocab, parallel):
             feeds["bucket_alone" + suffix] = (bucket(cached, k), count_bucket)
         if "pack_alone" in wanted:
             feeds["pack_alone" + suffix] = (pack(cached, k), count_pack)
+    for lanes in [int(k) for k in FLAGS.lanes]:
+        inner = FLAGS.lane_parallel
+
+        def lane_raw(lane_files, index):
+            del index
+            ds = tfseq.text_lines(lane_files, batch_size=FLAGS.read_batch,
+                                  num_parallel_reads=FLAGS.lane_reads)
+            if FLAGS.field >= 0:
+                ds = ds.map(lambda lines: _text_of(lines, FLAGS.field))
+            return ds.apply(tfseq.tokenize(vocab, num_parallel_calls=tokenize_calls()))
+
+        suffix = f" lanes={lanes}"
+        feeds["raw" + suffix] = (tfseq.in_lanes(files, lane_raw, num_lanes=lanes), count_raw)
+        if "bucket" in wanted:
+            feeds["bucket" + suffix] = (tfseq.in_lanes(
+                files, lambda f, i: bucket(lane_raw(f, i), inner), num_lanes=lanes), count_bucket)
+        if "pack" in wanted:
+            feeds["pack" + suffix] = (tfseq.in_lanes(
+                files, lambda f, i: pack(lane_raw(f, i), inner), num_lanes=lanes), count_pack)
     if "plain" in wanted:  # one copy of the files: it is ~30x slower than the others
         feeds["plain"] = (plain_feed(files[:len(files) // FLAGS.copies], vocab),
                           lambda ids: tf.math.count_nonzero(ids, dtype=tf.int64))

@@ -5,7 +5,7 @@
 # transfer each), and optionally a baseline tree as .dev/base.tgz (`git archive --format=tar.gz
 # -o .dev/base.tgz <commit>`) carried with the last part. Then, from the repository root there:
 #
-#   bash scripts/manycore_scaling.sh [table|tokenize]   # results under $OUT (default /tmp/scaling_out)
+#   bash scripts/manycore_scaling.sh [table|lanes|tokenize]   # results under $OUT (default /tmp/scaling_out)
 #
 # It installs the wheels into /tmp/site once, then runs scripts/bench_scaling.py for this tree
 # (and the baseline's tfseq with the same script) at several core counts, most wanted first,
@@ -55,6 +55,13 @@ table)  # the scaling table, this tree and the baseline
   run now_16_parallel "$here" 90 16 --repeats=2 --feeds=raw,bucket,pack,bucket_alone,pack_alone \
     --parallel=1,4,16 --python_loop=false
   run base_8 /tmp/base 60 8 --repeats=3 "$FIVE" --python_loop=false ;;
+lanes)  # K whole pipelines over a file split (tfseq.in_lanes) against one chain; 16 cores first
+  L="--feeds=raw,bucket,pack --python_loop=false --repeats=2"
+  run lanes_16 "$here" 200 16 $L --copies=64 --lanes=8,16
+  run tok_16 "$here" 60 16 --feeds=raw --python_loop=false --repeats=2 --copies=64 \
+    --tokenize_parallel=cores
+  run lanes_2 "$here" 150 2 $L --copies=16 --lanes=2,16
+  run lanes_8 "$here" 100 8 $L --copies=32 --lanes=8 ;;
 tokenize)  # where the raw feed stops scaling (scripts/diag_raw_scaling.py), tokenize's parallelism
   echo "== diag 2,16 ($((SECONDS - start)) s in)" | tee -a "$OUT/log.txt"
   (cd /tmp && PYTHONPATH=/tmp/site:$here timeout 150 python3 "$here/scripts/diag_raw_scaling.py" \
