@@ -19,6 +19,8 @@ consumed in the graph (``Dataset.reduce``: no Python per batch), best of ``--rep
   bucket_alone   ``bucket_by_length`` on the raw feed's batches cached in memory (the stage's
                  own ceiling: what it costs per token without the read);
   pack_alone     ``pack`` on the same cached batches;
+  stream_bucket  the training binaries' resumable stream (``ResumableStream``, records as
+  stream_pack    one shard) with bucketing or packing;
   plain          what a user writes with tf.data alone: per-line map, filter, shuffle and
                  ``Dataset.bucket_by_sequence_length`` with batch sizes from the same budget
                  (over one copy of the files: it is ~30x slower).
@@ -163,10 +165,38 @@ def build_feeds(files, vocab, parallel):
         if "pack" in wanted:
             feeds["pack" + suffix] = (tfseq.in_lanes(
                 files, lambda f, i: pack(lane_raw(f, i), inner), num_lanes=lanes), count_pack)
+    for mode in [m for m in ("bucket", "pack") if "stream_" + m in wanted]:
+        feeds["stream_" + mode] = (stream_feed(files, vocab, mode), lambda b: b[1]["tokens"])
     if "plain" in wanted:  # one copy of the files: it is ~30x slower than the others
         feeds["plain"] = (plain_feed(files[:len(files) // FLAGS.copies], vocab),
                           lambda ids: tf.math.count_nonzero(ids, dtype=tf.int64))
     return feeds
+
+
+def stream_feed(files, vocab, mode):
+    """The training binaries' stream (``tfseq.ResumableStream``): the records as one shard
+    (permuted in memory each epoch), encoded in a parallel map, pooled, each pool batched
+    apart (``Batching(mode).pool_batcher``), finished; one epoch per pass."""
+    import tensorflow as tf
+
+    import tfseq
+
+    tok = tfseq.text.get_tokenizer()
+    batching = tfseq.Batching(mode=mode, max_tokens=FLAGS.max_tokens,
+                              max_length=FLAGS.max_length, block_length=FLAGS.max_length,
+                              long_examples="drop")
+    counter = tfseq.DropCounter()
+    shards = tfseq.RecordShards(lambda: tfseq.text_lines(files, batch_size=FLAGS.read_batch),
+                                num_shards=1, seed=0)
+
+    def encode(records):
+        ids = vocab.lookup(tok.tokenize(_text_of(records, FLAGS.field)))
+        return {"ids": tf.cast(ids, tf.int32)}
+
+    epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+    return tfseq.ResumableStream(shards, encode, batching.pool_batcher(counter),
+                                 counter=counter, seed=0, epoch=epoch,
+                                 **batching.pool_size).dataset()
 
 
 def plain_feed(files, vocab):

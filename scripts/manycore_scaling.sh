@@ -57,10 +57,13 @@ table)  # the scaling table, this tree and the baseline
   run base_8 /tmp/base 60 8 --repeats=3 "$FIVE" --python_loop=false ;;
 lanes)  # K whole pipelines over a file split (tfseq.in_lanes) against one chain; 16 cores first
   L="--feeds=raw,bucket,pack --python_loop=false --repeats=2"
+  S="--feeds=raw,stream_bucket,stream_pack --python_loop=false --repeats=2"
   run lanes_16 "$here" 200 16 $L --copies=64 --lanes=8,16
+  run stream_16 "$here" 90 16 $S --copies=16
+  run lanes_2 "$here" 150 2 $L --copies=16 --lanes=2,16
   run tok_16 "$here" 60 16 --feeds=raw --python_loop=false --repeats=2 --copies=64 \
     --tokenize_parallel=cores
-  run lanes_2 "$here" 150 2 $L --copies=16 --lanes=2,16
+  run stream_2 "$here" 90 2 $S --copies=8
   run lanes_8 "$here" 100 8 $L --copies=32 --lanes=8 ;;
 tokenize)  # where the raw feed stops scaling (scripts/diag_raw_scaling.py), tokenize's parallelism
   echo "== diag 2,16 ($((SECONDS - start)) s in)" | tee -a "$OUT/log.txt"
