@@ -69,7 +69,9 @@ flags.DEFINE_list("lanes", [], "Also run raw, bucket and pack as K lanes (tfseq.
                   "one run per K; inside a lane pools and parts are --lane_parallel at once.")
 flags.DEFINE_integer("lane_reads", 1, "Files each lane reads at once (text_lines' "
                      "num_parallel_reads inside a lane).")
-flags.DEFINE_integer("lane_parallel", 1, "num_parallel_pools / num_parallel_parts inside a lane.")
+flags.DEFINE_integer("lane_buffer", 2, "Elements each lane prepares ahead (in_lanes' buffer).")
+flags.DEFINE_integer("lane_parallel", 0, "num_parallel_pools / num_parallel_parts inside a "
+                     "lane; 0: their default (the cores).")
 flags.DEFINE_string("tokenize_parallel", "auto", "tokenize(num_parallel_calls=...): 'auto' "
                     "(tf.data.AUTOTUNE), 'cores' (the process' cores) or a number.")
 flags.DEFINE_list("feeds", ["raw", "bucket", "pack", "bucket_alone", "pack_alone", "plain", "read"],
@@ -147,7 +149,7 @@ def build_feeds(files, vocab, parallel):
         if "pack_alone" in wanted:
             feeds["pack_alone" + suffix] = (pack(cached, k), count_pack)
     for lanes in [int(k) for k in FLAGS.lanes]:
-        inner = FLAGS.lane_parallel
+        inner = FLAGS.lane_parallel or None
 
         def lane_raw(lane_files, index):
             del index
@@ -158,13 +160,22 @@ def build_feeds(files, vocab, parallel):
             return ds.apply(tfseq.tokenize(vocab, num_parallel_calls=tokenize_calls()))
 
         suffix = f" lanes={lanes}"
-        feeds["raw" + suffix] = (tfseq.in_lanes(files, lane_raw, num_lanes=lanes), count_raw)
+        feeds["raw" + suffix] = (tfseq.in_lanes(files, lane_raw, num_lanes=lanes, buffer=FLAGS.lane_buffer), count_raw)
         if "bucket" in wanted:
             feeds["bucket" + suffix] = (tfseq.in_lanes(
-                files, lambda f, i: bucket(lane_raw(f, i), inner), num_lanes=lanes), count_bucket)
+                files, lambda f, i: bucket(lane_raw(f, i), inner), num_lanes=lanes, buffer=FLAGS.lane_buffer), count_bucket)
         if "pack" in wanted:
             feeds["pack" + suffix] = (tfseq.in_lanes(
-                files, lambda f, i: pack(lane_raw(f, i), inner), num_lanes=lanes), count_pack)
+                files, lambda f, i: pack(lane_raw(f, i), inner), num_lanes=lanes,
+                buffer=FLAGS.lane_buffer), count_pack)
+        # read and tokenize in lanes, one batching stage on the merged stream
+        merged = tfseq.in_lanes(files, lane_raw, num_lanes=lanes, buffer=FLAGS.lane_buffer)
+        if "bucket" in wanted:
+            feeds["bucket after" + suffix] = (bucket(merged, None).prefetch(tf.data.AUTOTUNE),
+                                              count_bucket)
+        if "pack" in wanted:
+            feeds["pack after" + suffix] = (pack(merged, None).prefetch(tf.data.AUTOTUNE),
+                                            count_pack)
     for mode in [m for m in ("bucket", "pack") if "stream_" + m in wanted]:
         feeds["stream_" + mode] = (stream_feed(files, vocab, mode), lambda b: b[1]["tokens"])
     if "plain" in wanted:  # one copy of the files: it is ~30x slower than the others
@@ -244,6 +255,8 @@ def run_child(files, copies):
             start, cpu = time.perf_counter(), time.process_time()
             tokens = int(ds.reduce(tf.constant(0, tf.int64), lambda a, b, c=count: a + c(b)))
             seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+            print(f"  {name}: {tokens / seconds / 1e6:.2f}M/s ({tokens} in {seconds:.2f} s, "
+                  f"cpu {cpu:.1f} s)", flush=True)  # as it goes: a run cut short still shows
             if name not in best or seconds < best[name][1]:
                 best[name] = (tokens, seconds, cpu)
     if FLAGS.python_loop:

@@ -38,7 +38,16 @@ run() {
   [ "$limit" -gt "$left" ] && limit=$left
   [ -d "$tree" ] || { echo "skip $name: no $tree" | tee -a "$OUT/log.txt"; return; }
   echo "== $name ($((SECONDS - start)) s in; limit $limit s)" | tee -a "$OUT/log.txt"
-  (cd /tmp && PYTHONPATH=/tmp/site:$tree timeout "$limit" python3 \
+  # tfseq.scripts / .pipelines / .models are mapped by the editable install (setup.py's
+  # package_dir); with PYTHONPATH only, a copy of the package gets them as links.
+  local pkg="/tmp/pkg_$(echo "$tree" | tr / _)"
+  if [ ! -d "$pkg/tfseq" ]; then
+    mkdir -p "$pkg" && cp -r "$tree/tfseq" "$pkg/"
+    for d in scripts pipelines models; do
+      [ -d "$tree/$d" ] && [ ! -e "$pkg/tfseq/$d" ] && ln -s "$tree/$d" "$pkg/tfseq/$d"
+    done
+  fi
+  (cd /tmp && PYTHONPATH=/tmp/site:$pkg timeout "$limit" python3 \
       "$here/scripts/bench_scaling.py" --cores="$cores" --copies=16 \
       --json_out="$OUT/$name.json" "$@") >> "$OUT/log.txt" 2>&1
   echo "   rc $? after $((SECONDS - start)) s" | tee -a "$OUT/log.txt"

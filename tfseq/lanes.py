@@ -1,31 +1,31 @@
-"""Lanes: K independent copies of a whole input pipeline over a split of the files, merged in a
-fixed order, so every stage (read, tokenize, bucketing's pool scan, packing) runs on K cores.
+"""Lanes: K independent copies of a pipeline over a split of the files, merged in a fixed
+order, so sequential stages (a file interleave, a block reader's carried line, a map that
+AUTOTUNE gives few threads) run K at a time.
 
-Why. A tf.data pipeline is a chain: a stage with sequential state (bucketing's pool-filling
-``scan``, packing's carried part, a block reader's carried line) runs on one thread however
-many cores there are, and caps everything after it (docs/benchmarks.md, "On a 16-core
-machine"). Lanes cut the input instead of the stage: lane ``l`` of K reads files ``l, l + K,
-l + 2K, ...`` and runs the whole pipeline on them, with its own pools and carried tail and its
-own background thread (a ``prefetch`` at its end). The lanes' outputs are taken one element
-from each lane in turn, a lane that has ended dropping out (``choose_from_datasets`` with a
-fixed round-robin choice): the order depends only on K and the files, never on thread timing
-or the number of cores, so the same batches come out in the same order on any machine.
+Lane ``l`` of K reads files ``l, l + K, l + 2K, ...`` and runs ``build`` on them, on its own
+background thread (a ``prefetch`` at its end). The lanes' outputs are taken one element from
+each lane in turn, a lane that has ended dropping out (``choose_from_datasets`` with a fixed
+round-robin choice): the order depends only on K and the files, never on thread timing or the
+number of cores, so the same elements come out in the same order on any machine. Every file is
+in exactly one lane, so a pass has every element exactly once whenever each lane does.
 
-K is configuration, not the core count: it changes the batches (each lane pools only its own
-files). With K = 1 the pipeline is exactly ``build(files, 0)``. Each lane is a full pipeline
-(its own pools, ``max_tokens`` of memory per pool), so memory grows with K, and each lane
-ends with its own part-filled batch: K of them per pass instead of one (on a corpus of many
-pools per lane, step efficiency is unchanged). Every example is in exactly one lane, so a pass
-emits every example exactly once whenever each lane does.
+K is configuration, not the core count: with a batching stage inside the lanes it changes the
+batches (each lane pools only its own files). With K = 1 the result is ``build(files, 0)``.
 
-Example: bucketing in 4 lanes, each lane seeded apart::
+Where lanes pay (``scripts/bench_scaling.py --lanes``, docs/benchmarks.md): reading and
+tokenizing. On a 16-core machine (47.9M real tokens a pass, in-graph) ``text_lines`` +
+``tokenize`` in 4 lanes gave 30.9 and 37.4M tokens/s against 15.8 and 20.2M for one chain, at
+the same CPU per token (226-228 ns against 234-241). Bucketing or packing *inside* each lane
+was slower than one batching stage (bucket 12.6-14.8M in 4 lanes, 3.5M in 16, against 26.1-26.6M
+for one chain): each lane's pools fill and drain in turn and the fixed merge order waits for
+the slowest lane. So: read and tokenize in lanes, batch once after the merge::
 
-    def lane(files, index):
-        return (tfseq.text_lines(files, batch_size=512)
-                .apply(tfseq.tokenize(vocab))
-                .apply(tfseq.bucket_by_length(max_tokens=8192, seed=1000 + index)))
+    def read(files, index):
+        del index
+        return tfseq.text_lines(files, batch_size=512).apply(tfseq.tokenize(vocab))
 
-    batches = tfseq.in_lanes("corpus/*.txt", lane, num_lanes=4)
+    tokens = tfseq.in_lanes("corpus/*.txt", read, num_lanes=4)
+    batches = tokens.apply(tfseq.bucket_by_length(max_tokens=8192, seed=1))
 """
 
 from __future__ import annotations
@@ -76,6 +76,8 @@ def merge_lanes(lanes: Sequence[tf.data.Dataset], *,
         if lane.element_spec != spec:
             raise ValueError(f"lane {i} has element spec {lane.element_spec}, lane 0 has "
                              f"{spec}: every lane must build the same kind of elements")
+    # choose_from_datasets, not a parallel interleave of the lanes: in an A/B on 2 cores a
+    # bucketing stage after an interleave merge ran at 0.52x the raw feed, after this at 0.88x.
     turns = tf.data.Dataset.range(len(lanes)).repeat()
     return tf.data.Dataset.choose_from_datasets(
         [lane.prefetch(buffer) for lane in lanes], turns, stop_on_empty_dataset=False)
@@ -88,10 +90,11 @@ def in_lanes(patterns, build: Callable[[list[str], int], tf.data.Dataset], *,
 
     Args:
       patterns: files or globs (as ``text_lines`` takes them), resolved once here.
-      build: ``(files, lane_index) -> tf.data.Dataset``: one lane's whole pipeline on its
-        files (a list of paths); ``lane_index`` (0 .. K - 1) lets it seed each lane apart.
-      num_lanes: K, the lanes; fixed by configuration (it changes the batches), not by the
-        core count. Lanes run on their own threads, so K up to the cores is useful.
+      build: ``(files, lane_index) -> tf.data.Dataset``: one lane's pipeline on its files (a
+        list of paths); ``lane_index`` (0 .. K - 1) lets it seed each lane apart.
+      num_lanes: K, the lanes; configuration, not the core count (a batching stage inside the
+        lanes batches each lane's files apart). 4 was the fastest of 4, 8 and 16 for
+        read + tokenize on 16 cores.
       buffer: elements each lane prepares ahead.
 
     Returns:

@@ -356,15 +356,16 @@ class ResumableStream:
             return tf.scatter_nd(tf.constant(index)[:, None], values, [width])
 
         def flatten(batches, num, encode_counts, pool_counts, rank, offset):
+            """A pool's batches (and one empty batch when it has none) as elements, sliced by
+            ``from_tensor_slices`` (one kernel, not a graph of ragged slicing per batch)."""
             counts = scatter(encode_counts, encode_index) + scatter(pool_counts, pool_index)
-
-            def element(i):
-                batch = tf.nest.map_structure(lambda x: x[i], batches)
-                meta = {"shard": rank, "offset": offset, "index": i,
-                        "counts": tf.where(tf.equal(i, 0), counts, tf.zeros_like(counts))}
-                return batch, meta
-
-            return tf.data.Dataset.range(tf.maximum(num, 1)).map(element)
+            n = tf.maximum(num, 1)
+            index = tf.range(n)
+            first = tf.cast(tf.equal(index, 0), tf.int64)[:, None]
+            meta = {"shard": tf.fill([n], rank), "offset": tf.fill([n], offset),
+                    "index": index, "counts": first * counts[None, :]}
+            return tf.data.Dataset.from_tensor_slices(
+                (tf.nest.map_structure(lambda x: x[:n], batches), meta))
 
         out = pooled.flat_map(flatten)
         out = out.filter(lambda batch, meta: (meta["shard"] != start_shard)
