@@ -72,8 +72,9 @@ flags.DEFINE_integer("lane_reads", 1, "Files each lane reads at once (text_lines
 flags.DEFINE_integer("lane_buffer", 2, "Elements each lane prepares ahead (in_lanes' buffer).")
 flags.DEFINE_integer("lane_parallel", 0, "num_parallel_pools / num_parallel_parts inside a "
                      "lane; 0: their default (the cores).")
-flags.DEFINE_string("tokenize_parallel", "auto", "tokenize(num_parallel_calls=...): 'auto' "
-                    "(tf.data.AUTOTUNE), 'cores' (the process' cores) or a number.")
+flags.DEFINE_string("tokenize_parallel", "auto", "tokenize(num_parallel_calls=...), and the "
+                    "stream feeds' encode_calls: 'auto' (tf.data.AUTOTUNE), 'cores' (the "
+                    "process' cores) or a number.")
 flags.DEFINE_list("feeds", ["raw", "bucket", "pack", "bucket_alone", "pack_alone", "plain", "read"],
                   "Feeds to run (raw always runs: every ratio needs it).")
 flags.DEFINE_boolean("python_loop", True, "Also consume raw, bucket and pack in a Python loop.")
@@ -207,6 +208,7 @@ def stream_feed(files, vocab, mode):
     epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
     return tfseq.ResumableStream(shards, encode, batching.pool_batcher(counter),
                                  counter=counter, seed=0, epoch=epoch,
+                                 encode_calls=tokenize_calls(),
                                  **batching.pool_size).dataset()
 
 

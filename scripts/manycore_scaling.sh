@@ -5,7 +5,7 @@
 # transfer each), and optionally a baseline tree as .dev/base.tgz (`git archive --format=tar.gz
 # -o .dev/base.tgz <commit>`) carried with the last part. Then, from the repository root there:
 #
-#   bash scripts/manycore_scaling.sh [table|lanes|tokenize]   # results under $OUT (default /tmp/scaling_out)
+#   bash scripts/manycore_scaling.sh [table|lanes|stream|tokenize]   # results under $OUT (default /tmp/scaling_out)
 #
 # It installs the wheels into /tmp/site once, then runs scripts/bench_scaling.py for this tree
 # (and the baseline's tfseq with the same script) at several core counts, most wanted first,
@@ -74,6 +74,12 @@ lanes)  # K whole pipelines over a file split (tfseq.in_lanes) against one chain
     --tokenize_parallel=cores
   run stream_2 "$here" 90 2 $S --copies=8
   run lanes_8 "$here" 100 8 $L --copies=32 --lanes=8 ;;
+stream)  # the binaries' stream: encode at AUTOTUNE against fixed calls; raw in lanes; 16 first
+  S="--feeds=raw,bucket,pack,stream_bucket,stream_pack --python_loop=false --repeats=2"
+  run stream_auto_16 "$here" 120 16 $S --lanes=4
+  run stream_cores_16 "$here" 120 16 $S --tokenize_parallel=cores --lanes=4
+  run stream_auto_2 "$here" 120 2 $S --lanes=2
+  run stream_cores_2 "$here" 120 2 $S --tokenize_parallel=cores --lanes=2 ;;
 tokenize)  # where the raw feed stops scaling (scripts/diag_raw_scaling.py), tokenize's parallelism
   echo "== diag 2,16 ($((SECONDS - start)) s in)" | tee -a "$OUT/log.txt"
   (cd /tmp && PYTHONPATH=/tmp/site:$here timeout 150 python3 "$here/scripts/diag_raw_scaling.py" \
