@@ -102,5 +102,5 @@ def test_the_library_never_imports_the_layers_above_it():
                 for name in names:
                     if name.split(".")[:2] in (["tfseq", "pipelines"], ["tfseq", "models"],
                                                ["tfseq", "scripts"]):
-                        upward.append(f"{os.path.relpath(path, ROOT)}:{node.lineno} {name}")
-    assert upward == ["tfseq/__init__.py:70 tfseq.pipelines.fit"]
+                        upward.append(f"{os.path.relpath(path, ROOT)} {name}")
+    assert upward == ["tfseq/__init__.py tfseq.pipelines.fit"]
