@@ -132,3 +132,26 @@ def test_lanes_give_the_same_batches_at_any_parallelism_and_every_example_once(c
             expected[tuple(row)] += 1
     assert sum(expected.values()) == 8 * 100
     assert token_counts(reference, stage) == expected
+
+
+def test_read_in_lanes_then_one_bucketing_stage(corpus):
+    """The documented composition: read + tokenize in lanes, bucket once after the merge; the
+    same batches on one thread or many, every line once."""
+    paths, vocab = corpus
+
+    def read(files, index):
+        del index
+        return tfseq.text_lines(files, batch_size=32, num_parallel_reads=2).apply(
+            tfseq.tokenize(vocab))
+
+    def batches(threads=None):
+        ds = in_lanes(paths, read, num_lanes=3).apply(tfseq.bucket_by_length(
+            max_tokens=160, pool_tokens=2000, seed=3, counter=tfseq.DropCounter()))
+        return to_list(other_threads(ds, threads) if threads else ds)
+
+    reference = batches()
+    assert batches(threads=1) == reference
+    rows = token_counts(reference, "bucket")
+    assert sum(rows.values()) == 8 * 100
+    lines = to_list(tfseq.text_lines(paths, batch_size=32).apply(tfseq.tokenize(vocab)))
+    assert rows == collections.Counter(tuple(r) for b in lines for r in b["ids"])
