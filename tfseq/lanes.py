@@ -17,8 +17,9 @@ tokenizing. On a 16-core machine (47.9M real tokens a pass, in-graph) ``text_lin
 ``tokenize`` in 4 lanes gave 30.9 and 37.4M tokens/s against 15.8 and 20.2M for one chain, at
 the same CPU per token (226-228 ns against 234-241). Bucketing or packing *inside* each lane
 was slower than one batching stage (bucket 12.6-14.8M in 4 lanes, 3.5M in 16, against 26.1-26.6M
-for one chain): each lane's pools fill and drain in turn and the fixed merge order waits for
-the slowest lane. So: read and tokenize in lanes, batch once after the merge::
+for one chain; the cores sat idle, likely because each lane's pools fill and drain in turn
+and the fixed merge order waits for the slowest lane). So: read and tokenize in lanes, batch
+once after the merge::
 
     def read(files, index):
         del index
