@@ -30,6 +30,10 @@ custom training loop pays). With several ``--parallel`` values the bucket and pa
 once per value (``bucket_by_length(num_parallel_pools=K)``, ``pack(num_parallel_parts=K)``):
 the batches are the same for every value, only the speed differs.
 
+With ``--lanes=K`` raw, bucket and pack also run as K lanes (``tfseq.in_lanes``: K copies of
+the pipeline over a round-robin split of the files), and "bucket/pack after lanes" batch once
+after K read-and-tokenize lanes.
+
 The default corpus is the embedded one (both languages' text fields) cut into ``--files_out``
 plain-text files and read ``--copies`` times, a stream many bucketing pools long.
 """
@@ -160,17 +164,19 @@ def build_feeds(files, vocab, parallel):
                 ds = ds.map(lambda lines: _text_of(lines, FLAGS.field))
             return ds.apply(tfseq.tokenize(vocab, num_parallel_calls=tokenize_calls()))
 
+        def in_lanes(build, k=lanes):
+            return tfseq.in_lanes(files, build, num_lanes=k, buffer=FLAGS.lane_buffer)
+
         suffix = f" lanes={lanes}"
-        feeds["raw" + suffix] = (tfseq.in_lanes(files, lane_raw, num_lanes=lanes, buffer=FLAGS.lane_buffer), count_raw)
-        if "bucket" in wanted:
-            feeds["bucket" + suffix] = (tfseq.in_lanes(
-                files, lambda f, i: bucket(lane_raw(f, i), inner), num_lanes=lanes, buffer=FLAGS.lane_buffer), count_bucket)
+        feeds["raw" + suffix] = (in_lanes(lane_raw), count_raw)
+        if "bucket" in wanted:  # batching inside each lane
+            feeds["bucket" + suffix] = (
+                in_lanes(lambda f, i: bucket(lane_raw(f, i), inner)), count_bucket)
         if "pack" in wanted:
-            feeds["pack" + suffix] = (tfseq.in_lanes(
-                files, lambda f, i: pack(lane_raw(f, i), inner), num_lanes=lanes,
-                buffer=FLAGS.lane_buffer), count_pack)
+            feeds["pack" + suffix] = (
+                in_lanes(lambda f, i: pack(lane_raw(f, i), inner)), count_pack)
         # read and tokenize in lanes, one batching stage on the merged stream
-        merged = tfseq.in_lanes(files, lane_raw, num_lanes=lanes, buffer=FLAGS.lane_buffer)
+        merged = in_lanes(lane_raw)
         if "bucket" in wanted:
             feeds["bucket after" + suffix] = (bucket(merged, None).prefetch(tf.data.AUTOTUNE),
                                               count_bucket)
