@@ -38,6 +38,7 @@ import tfseq
 from tfseq import multislot
 from tfseq._common import check_positive_int
 from tfseq.multislot import Slot
+from tfseq.pipelines.replayed import ReplayedTask
 from tfseq.replay import ReplayStream, epoch_shuffle
 
 SLOTS = (
@@ -232,51 +233,84 @@ def _count(batch):
     return ids, ids, tf.size(labels)
 
 
-def datasets(config: Config = Config(), counters: dict | None = None):
-    """Train and eval batches for ``model.fit``.
+def _read(config: Config, files, counter: tfseq.DropCounter) -> tf.data.Dataset:
+    """Examples of ``files`` in file order (deterministic: an epoch is rebuilt from its
+    number), malformed lines dropped and counted."""
+    return multislot.read(list(files), SLOTS, on_error="drop", counter=counter,
+                          num_parallel_reads=config.num_parallel_reads, deterministic=True)
+
+
+class ClicksTask(ReplayedTask):
+    """``--task=ctr``: the probability of a click from a MultiSlot line.
 
     The training lines are read again every epoch, in file order, and shuffled with a seed of
-    the epoch alone, so an epoch is rebuilt exactly from its number: ``info["train_stream"]``
-    is that ``tfseq.replay.ReplayStream`` (what ``Trainer`` resumes from two integers); the
-    returned ``train_ds`` draws a new epoch key per iteration.
-
-    Returns:
-      ``(train_ds, eval_ds, info)``; ``info`` has ``slots``, ``label``, ``counters``
-      (``{"train": DropCounter, "eval": DropCounter}``), ``files``, ``train_stream`` and, for
-      generated data, ``oracle_auc``.
-
-    Raises:
-      ValueError: ``files`` given without ``eval_files``.
+    the epoch alone, so an epoch is rebuilt exactly from its number. ``info`` (``prepare``):
+    ``slots``, ``label``, ``files`` (``{"train": [...], "eval": [...]}``) and, for generated
+    data, ``oracle_auc``.
     """
-    check_positive_int("batch_size", config.batch_size)
-    counters = counters or {"train": tfseq.DropCounter("train"), "eval": tfseq.DropCounter("eval")}
-    info = {"slots": SLOTS, "label": LABEL, "counters": counters}
-    if config.files:
-        if not config.eval_files:
+
+    name = "ctr"
+    Config = Config
+    model_module = "tfseq.models.ctr"
+    prediction_input = "line"
+    unusable = "malformed"
+
+    def check(self, config):
+        check_positive_int("batch_size", config.batch_size)
+        if config.files and not config.eval_files:
             raise ValueError("Config.files needs Config.eval_files (held-out MultiSlot files)")
-        files = {"train": list(config.files), "eval": list(config.eval_files)}
-    else:
+
+    def prepare(self, config):
+        """Raises ``ValueError``: ``files`` given without ``eval_files``."""
+        self.check(config)
+        info = {"slots": SLOTS, "label": LABEL}
+        if config.files:
+            info["files"] = {"train": list(config.files), "eval": list(config.eval_files)}
+            return info
         data_dir = config.data_dir or tempfile.mkdtemp(prefix="tfseq_ctr_")
         generated = generate(data_dir, num_files=config.num_files,
                              examples_per_file=config.examples_per_file,
                              eval_examples=config.eval_examples, seed=config.seed)
         logging.info("ctr: generated %s (oracle AUC %.4f)", data_dir, generated["oracle_auc"])
-        files = {"train": generated["train_files"], "eval": generated["eval_files"]}
+        info["files"] = {"train": generated["train_files"], "eval": generated["eval_files"]}
         info["oracle_auc"] = generated["oracle_auc"]
-    info["files"] = files
-    out = {}
-    for split in ("train", "eval"):
-        # In file order (deterministic) for both: an epoch is rebuilt from its number.
-        out[split] = multislot.read(files[split], SLOTS, on_error="drop",
-                                    counter=counters[split],
-                                    num_parallel_reads=config.num_parallel_reads,
-                                    deterministic=True)
+        return info
 
-    def train_epoch(epoch):
-        lines = epoch_shuffle(out["train"], config.shuffle_buffer, config.seed, epoch)
-        return lines.ragged_batch(config.batch_size).map(_to_model_inputs)
+    def train_stream(self, config, info, counter):
+        lines = _read(config, info["files"]["train"], counter)
 
-    stream = ReplayStream(train_epoch, count=_count, seed=config.seed)
-    info["train_stream"] = stream
-    eval_ds = out["eval"].cache().ragged_batch(config.batch_size).map(_to_model_inputs)
-    return stream.dataset(), eval_ds.prefetch(tf.data.AUTOTUNE), info
+        def train_epoch(epoch):
+            shuffled = epoch_shuffle(lines, config.shuffle_buffer, config.seed, epoch)
+            return shuffled.ragged_batch(config.batch_size).map(_to_model_inputs)
+
+        return ReplayStream(train_epoch, count=_count, seed=config.seed)
+
+    def eval_batches(self, config, info, counter):
+        lines = _read(config, info["files"]["eval"], counter)
+        return lines.cache().ragged_batch(config.batch_size).map(_to_model_inputs)
+
+    def serving_module(self, config, info, model, asset_dir):
+        return serving_module(config, info, model, asset_dir)
+
+    def prediction_inputs(self, info, paths):
+        """MultiSlot lines, ``tf.string [n]`` batches in file order."""
+        return tfseq.text_lines(paths).batch(512)
+
+    def prediction_line(self, row):
+        return f"{float(row['probability']):.6f}" if row["valid"] else ""
+
+
+TASK = ClicksTask()
+
+
+def datasets(config: Config = Config(), counters: dict | None = None):
+    """Train and eval batches for ``model.fit`` (``ClicksTask``): ``(train_ds, eval_ds,
+    info)``; ``info`` has ``slots``, ``label``, ``files``, ``counters`` (``{"train":
+    DropCounter, "eval": DropCounter}``), ``train_stream`` (the ``ReplayStream`` a ``Trainer``
+    resumes from two integers) and, for generated data, ``oracle_auc``; ``train_ds`` draws a
+    new epoch key per iteration.
+
+    Raises:
+      ValueError: ``files`` given without ``eval_files``.
+    """
+    return TASK.datasets(config, counters)

@@ -46,6 +46,7 @@ from tfseq import formats, serving
 from tfseq._common import check_positive_int
 from tfseq.corpus import BOOK_TO_SECTION, SECTION_NAMES
 from tfseq.reading import resolve_files, verify_gzip
+from tfseq.pipelines.replayed import ReplayedTask
 from tfseq.replay import ReplayStream, epoch_shuffle
 from tfseq.stats import resolve_counter
 from tfseq.text import get_tokenizer
@@ -278,59 +279,104 @@ def _count(batch):
     return words, words, tf.size(labels)
 
 
-def datasets(config: Config = Config(), counters: dict | None = None):
-    """Train and eval datasets of document batches for ``model.fit``.
-
-    The training documents are read again every epoch and shuffled with a seed of the epoch
-    alone (``tfseq.replay.epoch_seed``), so an epoch is rebuilt exactly from its number:
-    ``info["train_stream"]`` is that ``tfseq.replay.ReplayStream`` (what ``Trainer`` resumes
-    from two integers); the returned ``train_ds`` draws a new epoch key per iteration.
-
-    Returns:
-      ``(train_ds, eval_ds, info)``; ``info`` has ``vocab``, ``num_classes``, ``class_names``,
-      ``counters`` (``{"train": DropCounter, "eval": DropCounter}``) and ``train_stream``.
-    """
+def check_config(config: Config) -> None:
+    """Raises ``ValueError`` naming a setting no run can use."""
     check_positive_int("batch_size", config.batch_size)
     check_positive_int("max_sentences", config.max_sentences, allow_none=True)
     check_positive_int("max_words", config.max_words, allow_none=True)
-    counters = counters or {"train": tfseq.DropCounter("train"), "eval": tfseq.DropCounter("eval")}
-    vocab = build_vocab(config)
+
+
+def examples(config: Config, split: str, vocab: tfseq.Vocab,
+             counter: tfseq.DropCounter) -> tf.data.Dataset:
+    """``{"ids": int32 [(S), (W)], "label": int32}`` documents of ``split``, in file order,
+    every drop counted."""
     to_ids = encode(vocab, lowercase=config.lowercase)
-    examples = {}
-    for split in ("train", "eval"):
-        counter = counters[split]
-        counter.register("too_many_sentences", "too_long_sentence")
-        docs = split_documents(config, split, counter)
-        docs = docs.map(lambda d: {"ids": to_ids(d["sentences"]), "label": d["label"]},
-                        num_parallel_calls=tf.data.AUTOTUNE)
+    counter.register("too_many_sentences", "too_long_sentence")
+    docs = split_documents(config, split, counter)
+    docs = docs.map(lambda d: {"ids": to_ids(d["sentences"]), "label": d["label"]},
+                    num_parallel_calls=tf.data.AUTOTUNE)
 
-        def keep(d, counter=counter):
-            checks = {}
-            if config.max_sentences:
-                checks["too_many_sentences"] = d["ids"].nrows() > config.max_sentences
-            if config.max_words:
-                checks["too_long_sentence"] = tf.reduce_max(
-                    tf.concat([d["ids"].row_lengths(), [0]], 0)) > config.max_words
-            return counter.keep_if(checks)
+    def keep(d):
+        checks = {}
+        if config.max_sentences:
+            checks["too_many_sentences"] = d["ids"].nrows() > config.max_sentences
+        if config.max_words:
+            checks["too_long_sentence"] = tf.reduce_max(
+                tf.concat([d["ids"].row_lengths(), [0]], 0)) > config.max_words
+        return counter.keep_if(checks)
 
-        if config.max_sentences or config.max_words:
-            docs = docs.filter(keep)
-        examples[split] = docs
+    return docs.filter(keep) if config.max_sentences or config.max_words else docs
 
-    def batches(docs):
-        docs = docs.ragged_batch(config.batch_size)
-        return docs.map(lambda b: ({"ids": b["ids"]}, b["label"]))
 
-    def train_epoch(epoch):
-        return batches(epoch_shuffle(examples["train"], config.shuffle_buffer, config.seed,
-                                     epoch))
+def _batches(config: Config, docs: tf.data.Dataset) -> tf.data.Dataset:
+    docs = docs.ragged_batch(config.batch_size)
+    return docs.map(lambda b: ({"ids": b["ids"]}, b["label"]))
 
-    stream = ReplayStream(train_epoch, count=_count, seed=config.seed)
-    eval_ds = batches(examples["eval"].cache()).prefetch(tf.data.AUTOTUNE)
-    info = {"vocab": vocab, "num_classes": len(config.class_names),
-            "class_names": tuple(config.class_names), "counters": counters,
-            "train_stream": stream}
-    return stream.dataset(), eval_ds, info
+
+class DocumentsTask(ReplayedTask):
+    """``--task=documents``: a document's class from its sentences (hierarchical model).
+
+    The training documents are read again every epoch and shuffled with a seed of the epoch
+    alone (``tfseq.replay.epoch_seed``), so an epoch is rebuilt exactly from its number.
+    ``info`` (``prepare``): ``vocab``, ``num_classes``, ``class_names``.
+    """
+
+    name = "documents"
+    Config = Config
+    model_module = "tfseq.models.hierarchical"
+    prediction_input = "text"
+    unusable = "empty"
+
+    def check(self, config):
+        check_config(config)
+
+    def prepare(self, config):
+        check_config(config)
+        return {"vocab": build_vocab(config), "num_classes": len(config.class_names),
+                "class_names": tuple(config.class_names),
+                "passes": 0 if config.vocab_path else 1}
+
+    def train_stream(self, config, info, counter):
+        docs = examples(config, "train", info["vocab"], counter)
+
+        def train_epoch(epoch):
+            return _batches(config, epoch_shuffle(docs, config.shuffle_buffer, config.seed,
+                                                  epoch))
+
+        return ReplayStream(train_epoch, count=_count, seed=config.seed)
+
+    def eval_batches(self, config, info, counter):
+        return _batches(config, examples(config, "eval", info["vocab"], counter).cache())
+
+    def serving_module(self, config, info, model, asset_dir):
+        return serving_module(config, info, model, asset_dir)
+
+    def baselines(self, eval_ds):
+        return {"majority-class": majority_baseline(eval_ds)}
+
+    def prediction_inputs(self, info, paths):
+        """Documents of blank-line-separated files (no label line), their sentences joined by
+        ``\\n``, ``tf.string [n]`` batches in file order."""
+        docs = read_documents(paths, num_parallel_reads=1,
+                              counter=tfseq.DropCounter("predict"))
+        return docs.map(lambda d: tf.strings.reduce_join(d["sentences"], separator="\n")) \
+            .batch(256)
+
+    def prediction_line(self, row):
+        label = row["label"].decode("utf-8")
+        return f"{label}\t{float(row['probabilities'].max()):.6f}" if label else ""
+
+
+TASK = DocumentsTask()
+
+
+def datasets(config: Config = Config(), counters: dict | None = None):
+    """Train and eval datasets of document batches for ``model.fit`` (``DocumentsTask``):
+    ``(train_ds, eval_ds, info)``; ``info`` has ``vocab``, ``num_classes``, ``class_names``,
+    ``counters`` (``{"train": DropCounter, "eval": DropCounter}``) and ``train_stream`` (the
+    ``ReplayStream`` a ``Trainer`` resumes from two integers); ``train_ds`` draws a new epoch
+    key per iteration."""
+    return TASK.datasets(config, counters)
 
 
 class ServedDocuments(tf.Module):

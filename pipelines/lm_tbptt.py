@@ -41,6 +41,7 @@ import tensorflow as tf
 import tfseq
 from tfseq import formats, serving
 from tfseq._common import identity
+from tfseq.pipelines.replayed import ReplayedTask
 from tfseq.replay import ReplayStream, epoch_shuffle
 from tfseq.tbptt import CHUNK_INDEX, RESETS, tbptt_chunks, tbptt_stream
 from tfseq.text import BOS_ID, EOS_ID
@@ -288,6 +289,62 @@ def serving_module(config: Config, info: dict, model, asset_dir: str):
     return ServedStreamLM(model, encoder, start), {
         "input": "text", "outputs": ["log_likelihood", "tokens"], "mode": config.mode,
         "text_field": config.text_field}
+
+
+class StreamLMTask(ReplayedTask):
+    """``--task=lm --tbptt=N``: a stateful language model trained by truncated BPTT.
+
+    ``"stream"`` reads the corpus in order every epoch; ``"sequences"`` shuffles the lines
+    with a seed of the epoch alone: an epoch is rebuilt exactly from its number. Its streams
+    carry their state from chunk to chunk on one device, so it trains on one replica.
+    ``info`` (``prepare``): ``vocab``, ``vocab_size``.
+    """
+
+    name = "lm_tbptt"
+    Config = Config
+    model_module = "tfseq.models.stateful_lm"
+    prediction_input = "text"
+    modes = ("single",)
+
+    def check(self, config):
+        check_config(config)
+
+    def prepare(self, config):
+        check_config(config)
+        vocab = build_vocab(config)
+        return {"vocab": vocab, "vocab_size": vocab.size, "passes": 0 if config.vocab_path else 1}
+
+    def input_files(self, config):
+        files = super().input_files(config)
+        return files or [tfseq.corpus_path("kjv_en")]
+
+    def train_stream(self, config, info, counter):
+        return train_stream(config, info["vocab"], counter)
+
+    def eval_batches(self, config, info, counter):
+        return split_dataset(config, "eval", info["vocab"], counter)
+
+    def serving_module(self, config, info, model, asset_dir):
+        return serving_module(config, info, model, asset_dir)
+
+    def prediction_inputs(self, info, paths):
+        """A line's text (its ``text_field`` of a TSV line, as it trained), ``tf.string
+        [n]`` batches in file order."""
+        lines = tfseq.text_lines(paths)
+        field = info.get("text_field")
+        if field is not None:
+            def text_of(line):
+                fields = tf.strings.split(line, "\t")
+                return tf.gather(tf.concat([fields, [""]], 0), tf.minimum(field, tf.size(fields)))
+
+            lines = lines.map(text_of)
+        return lines.batch(512)
+
+    def prediction_line(self, row):
+        return f"{float(row['log_likelihood']):.6f}\t{int(row['tokens'])}"
+
+
+TASK = StreamLMTask()
 
 
 def join_chapters(src: str, dst: str) -> tuple[int, int]:

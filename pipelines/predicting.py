@@ -122,8 +122,8 @@ def predict_files(model_dir: str, files, output: str, *, fmt: str | None = None,
     info = serving.read_info(export_dir)
     task = tasks.load(info["task"])
     paths = resolve_files(files)
-    if isinstance(task, tasks.OwnPipelineTask):
-        return predict_own(export_dir, info, paths, output, progress=progress)
+    if task.predicts_in_order:
+        return predict_in_order(task, export_dir, info, paths, output, progress=progress)
     row_format = input_format(info, paths, fmt, columns, header)
     longest = info.get("max_ids") or max_tokens
     if longest > max_tokens:
@@ -197,45 +197,12 @@ def predict_files(model_dir: str, files, output: str, *, fmt: str | None = None,
             "first_unusable": bad_examples, **counts}
 
 
-def _own_inputs(info: dict, paths) -> tf.data.Dataset:
-    """What a documents, ctr or lm_tbptt export reads, ``tf.string [n]`` batches in file order:
-    ctr, a MultiSlot line; lm_tbptt, a line's text (its ``text_field`` of a TSV line, as it
-    trained); documents, a document of a blank-line-separated file (no label line), its
-    sentences joined by ``\n``."""
-    import tfseq
-
-    if info["task"] == "documents":
-        from tfseq.pipelines.documents import read_documents
-
-        docs = read_documents(paths, num_parallel_reads=1, counter=tfseq.DropCounter("predict"))
-        return docs.map(lambda d: tf.strings.reduce_join(d["sentences"], separator="\n")) \
-            .batch(256)
-    lines = tfseq.text_lines(paths)
-    field = info.get("text_field")
-    if info["task"] == "lm_tbptt" and field is not None:
-        def text_of(line):
-            fields = tf.strings.split(line, "\t")
-            return tf.gather(tf.concat([fields, [""]], 0), tf.minimum(field, tf.size(fields)))
-
-        lines = lines.map(text_of)
-    return lines.batch(512)
-
-
-def _own_line(task: str, row: dict) -> str:
-    """One output line of a documents, ctr or lm_tbptt prediction (``""``: unusable input)."""
-    if task == "ctr":
-        return f"{float(row['probability']):.6f}" if row["valid"] else ""
-    if task == "documents":
-        label = row["label"].decode("utf-8")
-        return f"{label}\t{float(row['probabilities'].max()):.6f}" if label else ""
-    return f"{float(row['log_likelihood']):.6f}\t{int(row['tokens'])}"
-
-
-def predict_own(export_dir: str, info: dict, paths, output: str, *, progress=None) -> dict:
-    """``predict_files`` for a documents, ctr or lm_tbptt export: one output line per input
-    (a document for documents), in input order; unusable inputs get an empty line and are
-    counted as ``malformed`` (ctr: a line that does not parse) or ``empty`` (documents: no
-    sentence)."""
+def predict_in_order(task, export_dir: str, info: dict, paths, output: str, *,
+                     progress=None) -> dict:
+    """``predict_files`` for a task that predicts in input order (documents, ctr, lm_tbptt):
+    one output line per input (``task.prediction_inputs``: a document for documents), through
+    the export's signature; unusable inputs get an empty line and are counted under
+    ``task.unusable`` (ctr: a line that does not parse; documents: no sentence)."""
     model = tf.saved_model.load(export_dir)
     serve = model.signatures["serving_default"]
     name = info.get("input", "text")
@@ -244,15 +211,15 @@ def predict_own(export_dir: str, info: dict, paths, output: str, *, progress=Non
     bad_examples = []
     start = time.perf_counter()
     with _output(output) as f:
-        for batch in _own_inputs(info, paths):
+        for batch in task.prediction_inputs(info, paths):
             out = {k: v.numpy() for k, v in serve(**{name: batch}).items()}
             for i in range(len(batch)):
-                line = _own_line(info["task"], {k: v[i] for k, v in out.items()})
+                line = task.prediction_line({k: v[i] for k, v in out.items()})
                 if not line:
-                    reason = "malformed" if info["task"] == "ctr" else "empty"
-                    counts[reason] += 1
+                    counts[task.unusable] += 1
                     if len(bad_examples) < 5:
-                        bad_examples.append(f"output line {counts['lines'] + 1}: {reason}")
+                        bad_examples.append(f"output line {counts['lines'] + 1}: "
+                                            f"{task.unusable}")
                 if "tokens" in out:
                     counts["real_tokens"] += int(out["tokens"][i])
                 f.write(line + "\n")

@@ -141,6 +141,4 @@ def drop_examples_of(task, config, counters, limit: int = 5) -> list[str]:
     """The first ``file:line: reason`` of malformed records, when some were dropped."""
     dropped = any(n for c in counters.values() for r, n in c.drops().items()
                   if r in ("malformed", "invalid_utf8", "empty_text", "unequal_counts"))
-    if not dropped or not hasattr(task, "source"):
-        return []
-    return task.source(config, "train").drop_examples(limit)[:limit]
+    return task.drop_examples(config, limit) if dropped else []

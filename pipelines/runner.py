@@ -18,7 +18,7 @@ from typing import Callable
 from absl import logging
 
 from tfseq.errors import InputError
-from tfseq.pipelines import mixture, tasks
+from tfseq.pipelines import mixture
 from tfseq.pipelines.report import drop_examples_of, format_report, make_report, write_report
 from tfseq.training import TrainResult
 
@@ -58,10 +58,17 @@ class Summaries:
         self.lengths = []
 
     def on_batch(self, batch):
+        """Keeps the real length of each row of ``(inputs, targets, weights)`` batches (or
+        tuples of such parts) with dense ``[B, T]`` inputs; other batches have none."""
+        import tensorflow as tf
+
         parts = batch if isinstance(batch[0], tuple) else (batch,)
-        for x, _, weights in parts:
+        for part in parts:
+            if len(part) != 3:
+                continue
+            x, _, weights = part
             first = next(iter(x.values()))
-            if first.shape.rank == 2:
+            if not isinstance(first, tf.RaggedTensor) and first.shape.rank == 2:
                 self.lengths.extend(int(n) for n, w in zip(
                     (first.numpy() != 0).sum(axis=1), weights.numpy().reshape(
                         first.shape[0], -1).max(axis=1)) if w > 0)
@@ -113,9 +120,7 @@ class Runner:
     def run(self) -> TrainResult | None:
         """Trains; returns how this run ended (``result.interrupted``, ``result.signal``), or
         None when ``model_dir`` holds a run that already did its epochs (nothing trained)."""
-        if isinstance(self.task, tasks.OwnPipelineTask):
-            return self._train_own(self.task, self.config)
-        return self._train_spine(self.task, self.config)
+        return self._train(self.task, self.config)
 
     def _progress(self):
         """Where setup progress lines go: stderr, unless ``verbose=0``."""
@@ -143,6 +148,22 @@ class Runner:
             return tfseq.mirrored_strategy(replicas), mode, replicas, 1, 0
         return None, "single", 1, 1, 0
 
+    def _check_mode(self, task) -> None:
+        """Refuses a mode the task does not train in (``task.modes``), in one line."""
+        settings = self.settings
+        if settings.data_service:
+            mode, flag = "data_service", "--data_service"
+        elif settings.strategy == "multi_worker":
+            mode, flag = "multi_worker", "--strategy=multi_worker"
+        elif settings.num_replicas > 1:
+            mode, flag = "replicated", "--num_replicas"
+        else:
+            return
+        if mode not in task.modes:
+            name = "lm --tbptt" if task.name == "lm_tbptt" else task.name
+            raise SetupError(f"{flag} is not supported by --task={name} (it trains in: "
+                             f"{', '.join(task.modes)}); drop {flag}")
+
     def _model_config(self, task):
         """The task model's ``ModelConfig``, with ``--learning_rate`` if given."""
         overrides = {}
@@ -164,16 +185,17 @@ class Runner:
                 print(format_report(json.load(f)))
         return True
 
-    def _train_spine(self, task, config) -> TrainResult | None:
-        """Trains a spine task: open the run, stream, train, evaluate, report, export."""
+    def _train(self, task, config) -> TrainResult | None:
+        """Opens the run, streams, trains, evaluates, reports, exports."""
         import contextlib
 
         import keras
 
         import tfseq
-        from tfseq.pipelines import exporting, runs
+        from tfseq.pipelines import exporting
         from tfseq.training import ReplicaTrainer, Trainer, data_state_bytes
 
+        self._check_mode(task)
         strategy, mode, local, workers, worker = self._strategy()
         chief = worker == 0
         model_config = self._model_config(task)
@@ -186,9 +208,9 @@ class Runner:
             raise SetupError("--steps_per_execution trains on one replica from files: drop "
                              "it, or --num_replicas/--strategy/--data_service")
         try:
-            run = runs.open_run(self.settings.model_dir, task, config, model_config=model_config,
-                                replicas=local, workers=workers, worker=worker,
-                                write=self._progress() if chief else None)
+            run = task.open(self.settings.model_dir, config, model_config=model_config,
+                            replicas=local, workers=workers, worker=worker,
+                            write=self._progress() if chief else None)
         except (InputError, FileNotFoundError, ValueError) as e:
             raise SetupError(str(e)) from e
         if chief:
@@ -344,97 +366,4 @@ class Runner:
         print(format_report(report))
         if self.settings.export:
             exporting.export_run(self.settings.model_dir, task, config, run.state, local_model)
-        return result
-
-    def _train_own(self, task, config) -> TrainResult | None:
-        """Trains a task with a pipeline of its own (documents, ctr, lm --tbptt): its epoch
-        replayed from its number (``tfseq.replay.ReplayStream``), on one device or, for
-        documents and ctr, on ``--num_replicas`` (each global batch split into parts)."""
-        import contextlib
-
-        import keras
-
-        import tfseq
-        from tfseq.pipelines import runs
-        from tfseq.pipelines.state import PassReport
-        from tfseq.training import ReplicaTrainer, Trainer, data_state_bytes
-
-        settings = self.settings
-        if settings.data_service or settings.strategy != "mirrored":
-            raise SetupError(f"--data_service/--strategy=multi_worker are not supported by "
-                             f"--task={task.name} (supported: {sorted(tasks.SPINE)})")
-        if settings.num_replicas > 1 and task.name == "lm_tbptt":
-            raise SetupError("--num_replicas is not supported by --task=lm --tbptt (its streams "
-                             "carry their state from chunk to chunk on one device)")
-        strategy = (tfseq.mirrored_strategy(settings.num_replicas)
-                    if settings.num_replicas > 1 else None)
-        try:
-            _, eval_ds, info = task.pipeline.datasets(config)  # info["train_stream"] trains
-        except (ValueError, FileNotFoundError) as e:
-            raise SetupError(str(e)) from e
-        runs.open_own_run(settings.model_dir, task, config,
-                          model_config=self._model_config(task))
-        self.on_opened()
-        scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
-        with scope:
-            model = task.build_model(config, info, self._model_config(task))
-        counters = info.get("counters", {})
-        stats = info.get("stats", {}).get("train") or tfseq.BatchStats()
-        summaries = self._summaries(stats, counters)
-        # The epoch is replayed from its number (ReplayStream): the checkpoint holds no data
-        # state, and the train counts restart with each epoch (a resumed one recounts its
-        # replayed part), so they are not saved either. The position counts global batches:
-        # a run resumes on another number of replicas with the same batches.
-        options = dict(model_dir=self.settings.model_dir,
-                       checkpoint_every=self.settings.checkpoint_every,
-                       stats=stats, on_step=summaries.on_step,
-                       on_epoch_start=lambda epoch: counters["train"].reset())
-        if strategy is not None:
-            trainer = ReplicaTrainer(model, strategy,
-                                     info["train_stream"].split(settings.num_replicas), **options)
-            local_model = task.build_model(config, info, self._model_config(task))
-        else:
-            trainer = Trainer(model, info["train_stream"],
-                              steps_per_execution=self.settings.steps_per_execution, **options)
-            local_model = model
-
-        def evaluate():
-            if local_model is not model:  # a single-device copy: no collective op
-                local_model.set_weights(model.get_weights())
-            return {k: float(v) for k, v in
-                    local_model.evaluate(eval_ds, verbose=0, return_dict=True).items()}
-
-        resumed = trainer.restore()
-        if resumed and self._finished(trainer):
-            return None
-        resumed_at = int(trainer.global_step.numpy()) if resumed else None
-
-        def eval_fn(epoch):
-            return {f"eval_{k}": v for k, v in evaluate().items()}
-
-        result = trainer.fit(self.settings.epochs, verbose=self.settings.verbose, eval_fn=eval_fn,
-                             max_steps=self.settings.max_steps)
-        eval_results = {} if result.interrupted else evaluate()
-        checkpoints = tfseq.training.checkpoints_newest_first(trainer.checkpoint_dir)
-        report = make_report(
-            task_name=task.name, config=config,
-            mode="single" if strategy is None else "replicated",
-            replicas=settings.num_replicas, workers=1,
-            learning_rate=float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
-            result=result, stats=stats, counters=counters, eval_results=eval_results,
-            baselines={}, setup=PassReport(), timings=trainer.timings,
-            data_state_bytes=data_state_bytes(checkpoints[0]) if checkpoints else 0,
-            drop_examples=[], resumed_at_step=resumed_at)
-        write_report(os.path.join(self.settings.model_dir, "report.json"), report)
-        print(format_report(report))
-        if self.settings.export and not result.signal:  # finished, or stopped by max_steps
-            from tfseq.pipelines import exporting
-
-            if self.settings.verbose:
-                print("exporting the model over raw input ...", file=sys.stderr, flush=True)
-            if local_model is not model:  # stopped by max_steps: no evaluation copied them
-                local_model.set_weights(model.get_weights())
-            path = exporting.export_own(self.settings.model_dir, task, config, info,
-                                        local_model)
-            print(f"Served model ({task.name}, input `{task.prediction_input}`): {path}")
         return result

@@ -181,20 +181,10 @@ def _new_run(model_dir: str, task, config, new: dict, *, workers: int, worker: i
     return Run(state, shards, setup, new, resumed=False)
 
 
-def own_input_files(task, config) -> list[str]:
-    """The files a documents, ctr or lm_tbptt run reads (none for generated ctr data)."""
-    import tfseq
-    from tfseq.reading import resolve_files
-
-    patterns = list(getattr(config, "files", ())) + list(getattr(config, "eval_files", ()))
-    if not patterns and task.name == "lm_tbptt":
-        patterns = [tfseq.corpus_path("kjv_en")]
-    return sorted(set(resolve_files(patterns))) if patterns else []
-
-
-def open_own_run(model_dir: str, task, config, *, model_config) -> bool:
-    """Checks or records the settings of a documents, ctr or lm_tbptt run in ``run.json``;
-    returns whether ``model_dir`` already held one (a resume).
+def open_replayed_run(model_dir: str, task, config, *, model_config, workers: int = 1) -> Run:
+    """Opens (or starts) the run of a ``replayed.ReplayedTask`` (documents, ctr, lm_tbptt) in
+    ``model_dir``: checks or records its settings in ``run.json`` and learns what it learns
+    before the first step (``task.prepare``: learned again on a resume, from the same files).
 
     Their position is replayed from the epoch and step (``tfseq.replay``): a resume with
     another batch size, seed or input would skip other examples, so it stops naming each
@@ -203,20 +193,26 @@ def open_own_run(model_dir: str, task, config, *, model_config) -> bool:
     Raises:
       ChangedRun: a resume whose settings differ from the run's.
     """
+    task.check(config)
     new = {"task": task.name, "config": _jsonable(dataclasses.asdict(config)),
            "global_budget": {}, "model": _jsonable(dataclasses.asdict(model_config)),
-           "workers": 1, "input": sources.fingerprint(own_input_files(task, config))}
+           "workers": workers, "input": sources.fingerprint(task.input_files(config))}
     path = os.path.join(model_dir, RUN_FILE)
-    if not os.path.exists(path):
+    resumed = os.path.exists(path)
+    if resumed:
+        with open(path) as f:
+            saved = json.load(f)
+        changes = compare(saved, new, _jsonable(dataclasses.asdict(type(config)())))
+        if changes:
+            raise ChangedRun(model_dir, changes)
+    started = time.perf_counter()
+    state = task.prepare(config)
+    setup = PassReport(passes=int(state.get("passes", 0)),
+                       seconds={"prepare": round(time.perf_counter() - started, 3)})
+    if not resumed:
         os.makedirs(model_dir, exist_ok=True)
         _write_json(path, new)
-        return False
-    with open(path) as f:
-        saved = json.load(f)
-    changes = compare(saved, new, _jsonable(dataclasses.asdict(type(config)())))
-    if changes:
-        raise ChangedRun(model_dir, changes)
-    return True
+    return Run(state, None, setup, new, resumed=resumed)
 
 
 def _wait_for(path: str, seconds: float) -> None:

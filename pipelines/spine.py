@@ -304,6 +304,48 @@ class TextTask:
         return TaskData(train.with_options(pipeline_options()), eval_ds, state, counters, stats,
                         stream, setup, self.source(config, "train").drop_examples)
 
+    # ----- the run
+
+    modes: ClassVar[tuple[str, ...]] = ("single", "replicated", "multi_worker", "data_service")
+    predicts_in_order: ClassVar[bool] = False  # tfseq-predict buckets by length, then reorders
+
+    def open(self, model_dir: str, config, *, model_config, replicas: int = 1,
+             workers: int = 1, worker: int = 0, write=None):
+        """Opens (or starts) the run in ``model_dir`` (``runs.open_run``): its ``TaskState``
+        learned in one read, or loaded on a resume, and its training shards."""
+        from tfseq.pipelines import runs
+
+        return runs.open_run(model_dir, self, config, model_config=model_config,
+                             replicas=replicas, workers=workers, worker=worker, write=write)
+
+    def drop_examples(self, config, limit: int = 5) -> list[str]:
+        """The first ``file:line: reason`` of the training files' malformed records."""
+        return self.source(config, "train").drop_examples(limit)[:limit]
+
+    def saved_state(self, model_dir: str, config) -> TaskState:
+        """The vocabularies and label sets a run saved in ``model_dir``."""
+        return TaskState.load(model_dir, list(self.vocab_columns), list(self.label_columns))
+
+    def built(self, model, config, state: TaskState):
+        return model
+
+    def export_module(self, config, state: TaskState, model, asset_dir: str):
+        """``(tf.Module, serving.json fields)`` of the export: a single-device copy of
+        ``model`` (outside any strategy scope) behind ``serving_module``, with the tokenization
+        settings and, for user files, the columns ``tfseq-predict`` reads by default."""
+        served_model = self.build_model(config, state)
+        served_model.set_weights(model.get_weights())
+        module, meta = self.serving_module(config, state, served_model, asset_dir)
+        meta.update(tokenizer=config.tokenizer, lowercase=config.lowercase,
+                    max_length=config.max_length, long_examples=config.long_examples,
+                    batching=config.batching)
+        if config.columns:  # user files: predict's default --columns
+            meta["columns"] = list(config.columns)
+            meta["format"] = config.format
+            meta["header"] = bool(config.header)
+        module.keras_model = served_model
+        return module, meta
+
     # ----- model, serving, prediction
 
     def model_config(self, **overrides):

@@ -234,18 +234,16 @@ def task_stages(task_name, model_dir):
     import tensorflow as tf
 
     import tfseq
-    from tfseq.pipelines import runs, tasks
+    from tfseq.pipelines import tasks
 
     task = tasks.load(task_name)
     config = task_config(task)
-    if task_name in tasks.OWN:  # a pipeline of its own: its training dataset, whole
-        train_ds, _, _ = task.pipeline.datasets(config)
-        return tfseq.DropCounter("train"), [(f"train dataset ({task_name})", train_ds,
-                                             _batch_rows)]
-    run = runs.open_run(model_dir, task, config, model_config=task.model_config(),
-                        write=lambda line: print(line, flush=True))
+    run = task.open(model_dir, config, model_config=task.model_config(),
+                    write=lambda line: print(line, flush=True))
     counter = tfseq.DropCounter("train")
     stream = task.training_stream(config, run.state, counter, run.shards)
+    if run.shards is None:  # an epoch replayed from its number: its batches, whole
+        return counter, [(f"train dataset ({task_name})", stream.dataset(), _batch_rows)]
     inputs = task.features.inputs
 
     def records():

@@ -70,7 +70,7 @@ def test_documents_export_answers_text(tmp_path):
     model = hierarchical.build_model(config, info, hierarchical.ModelConfig(
         embedding_dim=8, word_units=8, sentence_units=8))
     train_a_little(model, info)
-    export = exporting.export_own(str(tmp_path), tasks.load("documents"), config, info, model)
+    export = exporting.export_run(str(tmp_path), tasks.load("documents"), config, info, model)
     docs = ["The word1 of 2\n\n  and MORE words \n", "unseen words here", "\n \n"]
     served = serve_plain(export, "text", docs)
     assert served["tfseq_modules"] == []
@@ -99,7 +99,7 @@ def test_ctr_export_answers_multislot_lines(tmp_path):
     _, eval_ds, info = ctr.datasets(config)
     model = ctr_model.build_model(config, info)
     train_a_little(model, info)
-    export = exporting.export_own(str(tmp_path), tasks.load("ctr"), config, info, model)
+    export = exporting.export_run(str(tmp_path), tasks.load("ctr"), config, info, model)
     with open(data["eval_files"][0]) as f:
         lines = [line.rstrip("\n") for line in f][:10]
     bare = [line.split(" ", 2)[2] for line in lines[:3]]  # "1 <click> " left out
@@ -123,7 +123,7 @@ def test_lm_tbptt_export_scores_text(tmp_path, mode):
     model = stateful_lm.build_model(config, info, stateful_lm.ModelConfig(embedding_dim=4,
                                                                           units=4))
     train_a_little(model, info)
-    export = exporting.export_own(str(tmp_path), tasks.load("lm_tbptt"), config, info, model)
+    export = exporting.export_run(str(tmp_path), tasks.load("lm_tbptt"), config, info, model)
     served = serve_plain(export, "text", ["W1 w2 w0", "w3 unknown"])
     assert served["tfseq_modules"] == []
     vocab = info["vocab"]

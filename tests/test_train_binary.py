@@ -196,7 +196,8 @@ def test_replicas_on_a_task_without_support_fail_clearly(tmp_path):
     assert not (tmp_path / "x").exists()
     out = train("--task=documents", "--data_service=localhost:1",
                 f"--model_dir={tmp_path / 'y'}")
-    assert "are not supported by --task=documents" in error_line(out)
+    assert error_line(out).endswith("--data_service is not supported by --task=documents (it "
+                                    "trains in: single, replicated); drop --data_service")
     assert not (tmp_path / "y").exists()
 
 

@@ -1,0 +1,164 @@
+"""Tasks whose training epoch is replayed from its number: documents, ctr, lm_tbptt.
+
+Their examples are not rows of a text file (documents: nested sentences; ctr: MultiSlot
+slots; lm_tbptt: truncated-BPTT chunks of one stream), so they do not batch through the
+spine's ``ResumableStream``. Each epoch is rebuilt exactly from its number
+(``tfseq.replay.ReplayStream``): the training position is the epoch and the step, two
+integers, whatever the corpus.
+
+A ``ReplayedTask`` answers the same interface as ``spine.TextTask`` (what ``Runner``,
+``exporting`` and ``predicting`` call): ``open``, ``training_stream``, ``eval_dataset``,
+``build_model``, ``export_module``, ``saved_state``, ``baselines``, ``sample_lines``,
+``prediction_line``. A task supplies only what is its own:
+
+=====================  ============================================================
+``prepare(config)``    what training learns before the first step (``info``: the
+                       vocabulary, class names, files), in at most one read
+``train_stream``       ``(config, info, counter) -> ReplayStream`` of global batches
+``eval_batches``       ``(config, info, counter) -> Dataset`` in file order
+``serving_module``     ``(config, info, model, asset_dir) -> (tf.Module, fields)``
+``input_files``        the files a run reads (fingerprinted in ``run.json``)
+``prediction_inputs``  ``(info, paths) -> Dataset`` of ``tf.string [n]``, file order
+``prediction_line``    one output line of ``tfseq-predict`` (``""``: unusable input)
+=====================  ============================================================
+
+Element spec of ``train_stream`` and ``eval_batches``: ``(features, labels)`` as the task's
+model reads them (see each task's module).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import ClassVar
+
+import tensorflow as tf
+
+from tfseq.replay import ReplayStream
+from tfseq.stats import BatchStats, DropCounter
+
+
+class ReplayedTask:
+    """A task trained from a ``ReplayStream``; see the module docstring.
+
+    Class attributes:
+      name: the ``--task`` name.
+      Config: its config dataclass.
+      model_module: the module with ``ModelConfig`` and ``build_model(config, info, mc)``.
+      prediction_input: the export's input name (``text`` or ``line``).
+      modes: the training modes it supports (``single``, ``replicated``).
+      unusable: the reason an unusable prediction input is counted under.
+    """
+
+    name: ClassVar[str]
+    Config: ClassVar[type]
+    model_module: ClassVar[str]
+    prediction_input: ClassVar[str] = "text"
+    modes: ClassVar[tuple[str, ...]] = ("single", "replicated")
+    unusable: ClassVar[str] = "empty"
+    predicts_in_order: ClassVar[bool] = True   # tfseq-predict: no bucketing, input order
+
+    # ----- what a task supplies
+
+    def prepare(self, config) -> dict:
+        raise NotImplementedError
+
+    def train_stream(self, config, info: dict, counter: DropCounter) -> ReplayStream:
+        raise NotImplementedError
+
+    def eval_batches(self, config, info: dict, counter: DropCounter) -> tf.data.Dataset:
+        raise NotImplementedError
+
+    def serving_module(self, config, info: dict, model, asset_dir: str):
+        raise NotImplementedError
+
+    def input_files(self, config) -> list[str]:
+        """The files a run reads (all of them, sorted)."""
+        from tfseq.reading import resolve_files
+
+        patterns = list(getattr(config, "files", ())) + list(getattr(config, "eval_files", ()))
+        return sorted(set(resolve_files(patterns))) if patterns else []
+
+    def prediction_inputs(self, info: dict, paths) -> tf.data.Dataset:
+        raise NotImplementedError
+
+    def prediction_line(self, row: dict) -> str:
+        raise NotImplementedError
+
+    # ----- the runner's interface (as ``spine.TextTask``)
+
+    def check(self, config) -> None:
+        """Raises ``ValueError`` on a config no run can use (before anything is written)."""
+
+    def open(self, model_dir: str, config, *, model_config, replicas: int = 1,
+             workers: int = 1, worker: int = 0, write=None):
+        """Opens (or starts) the run in ``model_dir`` (``runs.open_replayed_run``)."""
+        from tfseq.pipelines import runs
+
+        return runs.open_replayed_run(model_dir, self, config, model_config=model_config,
+                                      workers=workers)
+
+    def training_stream(self, config, state: dict, counter: DropCounter, shards=None, *,
+                        replicas: int = 1, parts: bool = False,
+                        epoch: tf.Variable | None = None) -> ReplayStream:
+        """The training batches, global (``config.batch_size`` rows); with ``parts`` (a
+        ``tf.distribute`` run) each batch split into a tuple of ``replicas`` parts."""
+        stream = self.train_stream(config, state, counter)
+        return stream.split(replicas) if parts else stream
+
+    def eval_dataset(self, config, state: dict, counter: DropCounter,
+                     stats: BatchStats | None = None) -> tf.data.Dataset:
+        return self.eval_batches(config, state, counter).prefetch(tf.data.AUTOTUNE)
+
+    def datasets(self, config, counters: dict | None = None):
+        """``(train_ds, eval_ds, info)`` for ``model.fit`` on one device: ``train_ds`` draws
+        a new epoch key per iteration; ``info`` has what ``prepare`` learned, ``counters``
+        and ``train_stream`` (the ``ReplayStream`` a ``Trainer`` resumes from two integers)."""
+        counters = counters or {"train": DropCounter("train"), "eval": DropCounter("eval")}
+        info = dict(self.prepare(config))
+        stream = self.train_stream(config, info, counters["train"])
+        eval_ds = self.eval_dataset(config, info, counters["eval"])
+        info.update(counters=counters, train_stream=stream)
+        return stream.dataset(), eval_ds, info
+
+    def model_config(self, **overrides):
+        module = importlib.import_module(self.model_module)
+        return dataclasses.replace(module.ModelConfig(), **overrides)
+
+    def build_model(self, config, state: dict, model_config=None):
+        module = importlib.import_module(self.model_module)
+        return module.build_model(config, state, model_config or module.ModelConfig())
+
+    def batching(self, config):
+        return None  # batches of config.batch_size rows, no shape budget
+
+    def baselines(self, eval_ds: tf.data.Dataset) -> dict[str, float]:
+        return {}
+
+    def sample_lines(self, config, state, model, eval_ds) -> list[str]:
+        return []
+
+    def drop_examples(self, config, limit: int = 5) -> list[str]:
+        return []
+
+    def export_module(self, config, state: dict, model, asset_dir: str):
+        """``(tf.Module, serving.json fields)``: these tasks train on one device or on
+        replicas of one model, so the trained model is served as it is."""
+        return self.serving_module(config, state, model, asset_dir)
+
+    def saved_state(self, model_dir: str, config) -> dict:
+        """What the run learned before its first step, for an export: learned again from the
+        same files (the same vocabulary; ``run.json``'s fingerprint says they did not
+        change)."""
+        return self.prepare(config)
+
+    def built(self, model, config, state: dict):
+        """``model`` with its weights made (a subclassed model makes them on its first
+        call): called on one evaluation batch."""
+        if not model.built:
+            features = next(iter(self.eval_batches(config, state, DropCounter("build"))))[0]
+            model(features, training=False)
+        return model
+
+
+__all__ = ["ReplayedTask"]
