@@ -225,3 +225,44 @@ def test_documents_binary_resumes_on_another_number_of_replicas(tmp_path):
     changed = train(tmp_path / "cut", "--batch_size=8")
     assert changed.returncode == 2
     assert "--batch_size: saved 4, now 8" in changed.stderr, changed.stderr[-2000:]
+
+
+def test_every_task_answers_the_one_interface_the_runner_calls():
+    interface = ("open", "training_stream", "eval_dataset", "build_model", "model_config",
+                 "baselines", "sample_lines", "drop_examples", "export_module", "saved_state",
+                 "built", "prediction_line", "batching")
+    for name in tasks.TASKS:
+        task = tasks.load(name)
+        assert task.name == name
+        assert [m for m in interface if not callable(getattr(task, m, None))] == []
+    assert {name: (tasks.load(name).modes, tasks.load(name).predicts_in_order)
+            for name in tasks.TASKS} == {
+        "classify": (("single", "replicated", "multi_worker", "data_service"), False),
+        "lm": (("single", "replicated", "multi_worker", "data_service"), False),
+        "tag": (("single", "replicated", "multi_worker", "data_service"), False),
+        "translate": (("single", "replicated", "multi_worker", "data_service"), False),
+        "documents": (("single", "replicated"), True),
+        "ctr": (("single", "replicated"), True),
+        "lm_tbptt": (("single",), True)}
+
+
+def test_a_replayed_task_opens_a_run_and_refuses_a_changed_resume(tmp_path):
+    from tfseq.pipelines import runs
+
+    names = documents.Config().class_names
+    (tmp_path / "docs.txt").write_text("".join(
+        f"{names[i % 7]}\nword{i % 5} and word{i % 3}\n\n" for i in range(20)))
+    config = documents.Config(files=(str(tmp_path / "docs.txt"),), min_count=1, batch_size=4)
+    task = tasks.load("documents")
+    model_config = task.model_config()
+    run = task.open(str(tmp_path / "run"), config, model_config=model_config)
+    assert (run.resumed, run.shards, run.setup.passes) == (False, None, 1)
+    assert run.state["class_names"] == names and "word1" in run.state["vocab"].tokens
+    saved = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert saved["task"] == "documents" and saved["config"]["batch_size"] == 4
+    assert [f["path"] for f in saved["input"]] == [str(tmp_path / "docs.txt")]
+    again = task.open(str(tmp_path / "run"), config, model_config=model_config)
+    assert again.resumed and again.state["vocab"].tokens == run.state["vocab"].tokens
+    with pytest.raises(runs.ChangedRun, match=r"config.batch_size \(saved 4, new 8\)"):
+        task.open(str(tmp_path / "run"), documents.Config(
+            files=config.files, min_count=1, batch_size=8), model_config=model_config)
