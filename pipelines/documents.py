@@ -324,8 +324,6 @@ class DocumentsTask(ReplayedTask):
     name = "documents"
     Config = Config
     model_module = "tfseq.models.hierarchical"
-    prediction_input = "text"
-    unusable = "empty"
 
     def check(self, config):
         check_config(config)

@@ -157,3 +157,37 @@ def changed_run_message(error) -> str:
                          "run with --model_dir=NEW "
                          f"--vocab={os.path.join(error.model_dir, vocab[0])}")
     return "\n".join(lines)
+
+
+def run_settings(flag_values, started: float):
+    """The ``RunSettings`` of ``tfseq-train``'s run flags (``started``: the process' start)."""
+    from tfseq.pipelines.runner import RunSettings
+
+    f = flag_values
+    return RunSettings(
+        model_dir=f.model_dir, epochs=f.epochs, max_steps=f.max_steps,
+        checkpoint_every=f.checkpoint_every, num_replicas=f.num_replicas,
+        steps_per_execution=f.steps_per_execution, strategy=f.strategy,
+        data_service=f.data_service, learning_rate=f.learning_rate, verbose=f.verbose,
+        export=f.export, started=started)
+
+
+def save_run_files(model_dir: str, argv, flag_values, names) -> None:
+    """``flags.txt`` (the flags ``names``, the binary's own: a flagfile must parse before
+    TensorFlow defines its own; paths absolute, so it works from any directory) and
+    ``argv.json``."""
+    import json
+
+    os.makedirs(model_dir, exist_ok=True)
+    serialized = []
+    for name in names:
+        flag = flag_values[name]
+        if name in PATH_FLAGS and flag.present and flag.value:
+            value = absolute(flag.value)
+            serialized.append(f"--{name}={','.join(value) if isinstance(value, list) else value}")
+        else:
+            serialized.append(flag.serialize())
+    with open(os.path.join(model_dir, "flags.txt"), "w") as f:
+        f.write("\n".join(s for s in serialized if s) + "\n")
+    with open(os.path.join(model_dir, "argv.json"), "w") as f:
+        json.dump(list(argv), f)

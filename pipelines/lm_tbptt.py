@@ -303,7 +303,6 @@ class StreamLMTask(ReplayedTask):
     name = "lm_tbptt"
     Config = Config
     model_module = "tfseq.models.stateful_lm"
-    prediction_input = "text"
     modes = ("single",)
 
     def check(self, config):

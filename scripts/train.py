@@ -36,7 +36,6 @@ the checkpoint is saved, run the same command again.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -50,8 +49,8 @@ from absl import app, flags, logging  # noqa: E402
 from tfseq.formats import FORMATS  # noqa: E402
 from tfseq.pipelines import tasks  # noqa: E402
 from tfseq.pipelines.flag_config import (  # noqa: E402
-    PATH_FLAGS, absolute, build_config, changed_run_message)
-from tfseq.pipelines.runner import Runner, RunSettings, SetupError  # noqa: E402
+    build_config, changed_run_message, run_settings, save_run_files)
+from tfseq.pipelines.runner import Runner, SetupError  # noqa: E402
 from tfseq.pipelines.runs import ChangedRun  # noqa: E402
 from tfseq.scripts import COMMANDS, fail, run_command  # noqa: E402
 
@@ -137,34 +136,6 @@ OWN_FLAGS = sorted(set(FLAGS) - _FLAGS_BEFORE)
 STARTED = time.perf_counter()  # the process' start, for the time to the first step
 
 
-def save_run_files(model_dir: str, argv) -> None:
-    """``flags.txt`` (this binary's flags only: a flagfile must parse before TensorFlow
-    defines its own; paths absolute) and ``argv.json``."""
-    os.makedirs(model_dir, exist_ok=True)
-    serialized = []
-    for name in OWN_FLAGS:  # paths absolute: the flagfile works from any directory
-        flag = FLAGS[name]
-        if name in PATH_FLAGS and flag.present and flag.value:
-            value = absolute(flag.value)
-            serialized.append(f"--{name}={','.join(value) if isinstance(value, list) else value}")
-        else:
-            serialized.append(flag.serialize())
-    with open(os.path.join(model_dir, "flags.txt"), "w") as f:
-        f.write("\n".join(s for s in serialized if s) + "\n")
-    with open(os.path.join(model_dir, "argv.json"), "w") as f:
-        json.dump(list(argv), f)
-
-
-def run_settings() -> RunSettings:
-    return RunSettings(
-        model_dir=FLAGS.model_dir, epochs=FLAGS.epochs, max_steps=FLAGS.max_steps,
-        checkpoint_every=FLAGS.checkpoint_every, num_replicas=FLAGS.num_replicas,
-        steps_per_execution=FLAGS.steps_per_execution,
-        strategy=FLAGS.strategy, data_service=FLAGS.data_service,
-        learning_rate=FLAGS.learning_rate, verbose=FLAGS.verbose, export=FLAGS.export,
-        started=STARTED)
-
-
 def main(argv):
     # The first epoch's length is unknown to Keras (a tf.data pipeline of unknown cardinality),
     # so it warns at the end of it that the input "ran out of data": that is the epoch's end.
@@ -181,8 +152,8 @@ def main(argv):
     if FLAGS.mixed_precision:  # configuration only: no TensorFlow op runs here
         import keras
         keras.mixed_precision.set_global_policy("mixed_float16")
-    runner = Runner(task, config, run_settings(),
-                    on_opened=lambda: save_run_files(FLAGS.model_dir, sys.argv))
+    runner = Runner(task, config, run_settings(FLAGS, STARTED), on_opened=lambda: save_run_files(
+        FLAGS.model_dir, sys.argv, FLAGS, OWN_FLAGS))
     try:
         result = runner.run()
     except ChangedRun as e:

@@ -8,14 +8,15 @@ import pytest
 import tfseq
 from tfseq.batching import Batching
 from tfseq.errors import InputError
-from tfseq.pipelines import classify, lm, runs, tag, tasks, translate
+from tfseq.pipelines import classify, documents, lm, runs, tag, tasks, translate
 from tfseq.pipelines.state import TaskState
 
 
 def test_the_registry_gives_the_task_objects():
-    assert tasks.TASKS == ["classify", "lm", "tag", "translate", "ctr", "documents",
-                           "lm_tbptt"]
+    assert tasks.TASKS == ["classify", "ctr", "documents", "lm", "lm_tbptt", "tag",
+                           "translate"]
     assert tasks.load("classify") is classify.TASK and tasks.load("tag") is tag.TASK
+    assert tasks.load("documents") is documents.TASK
     assert tasks.load("documents").Config.__module__ == "tfseq.pipelines.documents"
     with pytest.raises(ValueError, match="Unknown task 'nope'; available: "):
         tasks.load("nope")
