@@ -20,10 +20,12 @@ demo: $(STAMP)
 
 # `make test`: every test but the slow end-to-end ones (under ~15 minutes on 2 cores);
 # `make test-slow`: those (servers and binaries in separate processes); CI runs both.
-# Tests run in TEST_WORKERS processes (pytest-xdist; `auto`: one per core, at most 4, as each
-# holds a TensorFlow runtime; 0: in this process).
-TEST_WORKERS ?= auto
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --maxprocesses=4 --durations=15
+# Tests run in TEST_WORKERS processes (pytest-xdist; 0: in this process). The default is one
+# more than the cores, at most 4 (each holds a TensorFlow runtime): with one per core, 2 cores
+# were 77% busy in the slow tests (their processes wait on children and files); `worksteal`
+# hands a long test's queue to an idle worker.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0)) + 1))")
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15
 test: $(STAMP)
 	$(PYTEST) -m "not slow" tests
 
