@@ -92,6 +92,8 @@ def train(task, config, run, model_dir, *, max_steps=None, log=None):
     return trainer.fit(1, verbose=0, max_steps=max_steps), log
 
 
+# documents, ctr and lm_tbptt: also over two epochs, with their drop counts, in
+# tests/test_replay.py; the slow tests run them through the binary (test_own_tasks.py).
 @pytest.mark.parametrize("name", tasks.TASKS)
 def test_a_run_stopped_mid_epoch_resumes_with_the_same_batches(tmp_path, name):
     task = tasks.load(name)
