@@ -21,9 +21,9 @@ demo: $(STAMP)
 # `make test`: every test but the slow end-to-end ones (under ~15 minutes on 2 cores);
 # `make test-slow`: those (servers and binaries in separate processes); CI runs both.
 # Tests run in TEST_WORKERS processes (pytest-xdist; 0: in this process). The default is one
-# more than the cores, at most 4 (each holds a TensorFlow runtime): with one per core, 2 cores
-# were 77% busy in the slow tests (their processes wait on children and files); `worksteal`
-# hands a long test's queue to an idle worker.
+# more than the cores, at most 4 (each holds a TensorFlow runtime): on 2 cores `make test`
+# took 563 s with 3 workers against 579 s with 2 (the slow tests: 1,210 s either way);
+# `worksteal` hands a long test's queue to an idle worker.
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0)) + 1))")
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15
 test: $(STAMP)
