@@ -28,17 +28,16 @@ model reads them (see each task's module).
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 from typing import ClassVar
 
 import tensorflow as tf
 
+from tfseq.pipelines.tasks import Task
 from tfseq.replay import ReplayStream
 from tfseq.stats import BatchStats, DropCounter
 
 
-class ReplayedTask:
+class ReplayedTask(Task):
     """A task trained from a ``ReplayStream``; see the module docstring.
 
     Class attributes:
@@ -121,22 +120,8 @@ class ReplayedTask:
         info.update(counters=counters, train_stream=stream)
         return stream.dataset(), eval_ds, info
 
-    def model_config(self, **overrides):
-        module = importlib.import_module(self.model_module)
-        return dataclasses.replace(module.ModelConfig(), **overrides)
-
-    def build_model(self, config, state: dict, model_config=None):
-        module = importlib.import_module(self.model_module)
-        return module.build_model(config, state, model_config or module.ModelConfig())
-
     def batching(self, config):
         return None  # batches of config.batch_size rows, no shape budget
-
-    def baselines(self, eval_ds: tf.data.Dataset) -> dict[str, float]:
-        return {}
-
-    def sample_lines(self, config, state, model, eval_ds) -> list[str]:
-        return []
 
     def drop_examples(self, config, limit: int = 5) -> list[str]:
         return []

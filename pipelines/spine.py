@@ -30,7 +30,6 @@ Element spec of every dataset a task gives (``TaskData.train`` / ``.eval``), for
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import weakref
 from typing import Callable, ClassVar
 
@@ -41,6 +40,7 @@ from tfseq.pipelines import mixture, sources
 from tfseq.pipelines.config import TextConfig, batching_of
 from tfseq.pipelines.sources import Source
 from tfseq.pipelines.state import PassReport, TaskState, prepare, spill
+from tfseq.pipelines.tasks import Task
 from tfseq._common import pipeline_options
 from tfseq.batching import Batching
 from tfseq.filtering import line_checks
@@ -95,7 +95,7 @@ def _resolved_once(source_fn):
     return source
 
 
-class TextTask:
+class TextTask(Task):
     """A text task on the spine; see the module docstring for what a subclass supplies.
 
     Class attributes:
@@ -348,14 +348,6 @@ class TextTask:
 
     # ----- model, serving, prediction
 
-    def model_config(self, **overrides):
-        module = importlib.import_module(self.model_module)
-        return dataclasses.replace(module.ModelConfig(), **overrides)
-
-    def build_model(self, config, state: TaskState, model_config=None):
-        module = importlib.import_module(self.model_module)
-        return module.build_model(config, state, model_config or module.ModelConfig())
-
     def serving_module(self, config, state: TaskState, model, asset_dir: str):
         """``(tf.Module with serving_default, serving.json info)`` of the export."""
         raise NotImplementedError
@@ -363,14 +355,6 @@ class TextTask:
     def prediction_line(self, row: dict) -> str:
         """One output line of ``tfseq-predict`` for one input line's prediction."""
         raise NotImplementedError
-
-    def baselines(self, eval_ds: tf.data.Dataset) -> dict[str, float]:
-        """Held-out scores of trivial predictors, for the report (``{}``: none)."""
-        return {}
-
-    def sample_lines(self, config, state: TaskState, model, eval_ds) -> list[str]:
-        """Lines shown after training (e.g. a few translations); none by default."""
-        return []
 
     def replica_dataset_fn(self, config, state: TaskState, counter: DropCounter, replicas: int,
                            *, data_service: str | None = None, stats: BatchStats | None = None):

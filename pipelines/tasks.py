@@ -16,11 +16,36 @@ line below.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 MODULES = {"classify": "classify", "lm": "lm", "translate": "translate", "tag": "tag",
            "documents": "documents", "ctr": "ctr", "lm_tbptt": "lm_tbptt"}
 TASKS = sorted(MODULES)
+
+
+class Task:
+    """What every task has the same way: its model (``model_module``: ``ModelConfig`` and
+    ``build_model(config, state, model_config)``) and the report's defaults (no baseline, no
+    sample lines). ``spine.TextTask`` and ``replayed.ReplayedTask`` build on it."""
+
+    model_module: str
+
+    def model_config(self, **overrides):
+        module = importlib.import_module(self.model_module)
+        return dataclasses.replace(module.ModelConfig(), **overrides)
+
+    def build_model(self, config, state, model_config=None):
+        module = importlib.import_module(self.model_module)
+        return module.build_model(config, state, model_config or module.ModelConfig())
+
+    def baselines(self, eval_ds) -> dict[str, float]:
+        """Held-out scores of trivial predictors, for the report (``{}``: none)."""
+        return {}
+
+    def sample_lines(self, config, state, model, eval_ds) -> list[str]:
+        """Lines shown after training (e.g. a few translations); none by default."""
+        return []
 
 
 def load(name: str):
