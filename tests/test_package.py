@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import sysconfig
 import tokenize
 import zipfile
 
@@ -30,6 +31,10 @@ def test_the_wheel_installs_the_commands_and_only_the_tfseq_package(tmp_path):
     metadata = zipfile.ZipFile(wheel).read(metadata).decode()
     assert "License: Apache-2.0" in metadata and "Version: 0.1.0" in metadata
     assert "Variable-length sequences into TensorFlow models" in metadata  # the README
+    assert sorted(re.sub(r"[<>=;, ].*", "", line.split(": ", 1)[1])
+                  for line in metadata.splitlines() if line.startswith("Requires-Dist: ")
+                  and "extra ==" not in line) == [
+        "absl-py", "numpy", "sentencepiece", "tensorflow", "tensorflow-text", "tokenizers"]
 
     # Outside the checkout and without its PYTHONPATH: there pip would see the checkout's
     # tfseq.egg-info and call tfseq "already satisfied", installing no commands.
@@ -40,9 +45,17 @@ def test_the_wheel_installs_the_commands_and_only_the_tfseq_package(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300,
                    cwd=empty, env=env)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", wheel], check=True,
-                   timeout=1200, cwd=empty, env=env)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", wheel],
+                   check=True, timeout=600, cwd=empty, env=env)
     assert (venv / "bin" / "tfseq-train").exists()
+    # The dependencies (Requires-Dist above) come from this environment's site-packages,
+    # added after the new venv's own (a path in a .pth file: its .pth files, the checkout's
+    # editable tfseq among them, stay unread). Installing them again would unpack
+    # TensorFlow for ~90 s of CI time to test pip.
+    [site] = glob.glob(str(venv / "lib" / "python*" / "site-packages"))
+    with open(os.path.join(site, "dependencies.pth"), "w") as f:
+        f.write("\n".join(sorted({sysconfig.get_paths()["purelib"],
+                                  sysconfig.get_paths()["platlib"]})) + "\n")
 
     def command(name, *args):
         return subprocess.run([str(venv / "bin" / name), *args], cwd=empty, env=env,
@@ -74,9 +87,10 @@ def test_the_wheel_installs_the_commands_and_only_the_tfseq_package(tmp_path):
         2, "tfseq-export: error: No nowhere/run.json: export needs a directory written by "
            "tfseq-train"), out.stderr[-2000:]
     out = subprocess.run([str(venv / "bin" / "python"), "-c",
-                          "import tfseq; print(tfseq.__version__)"], cwd=empty, env=env,
-                         capture_output=True, text=True)
-    assert out.stdout.strip() == "0.1.0", out.stderr[-2000:]
+                          "import tfseq; print(tfseq.__version__, tfseq.__file__)"],
+                         cwd=empty, env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["0.1.0", os.path.join(site, "tfseq", "__init__.py")], \
+        out.stderr[-2000:]
     for package in ("models", "pipelines", "scripts"):
         out = subprocess.run([str(venv / "bin" / "python"), "-c", f"import {package}"],
                              cwd=empty, env=env, capture_output=True, text=True)

@@ -135,6 +135,47 @@ def test_several_steps_per_execution_stop_at_max_steps_and_checkpoints_and_resum
         np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+def test_the_step_is_traced_once_and_trains_as_train_on_batch():
+    # Batches of 8 shapes ([8, L] for L in 1..7, and [3, 1]), a model with
+    # a compiled metric: one trace for the whole run (Keras' train_on_batch makes three), and
+    # the weights and the last step's logs of a train_on_batch loop over the same batches.
+    def batches():
+        ds = tf.data.Dataset.range(59).map(
+            lambda i: {"ids": tf.fill([i // 8 % 7 + 1], tf.cast(i % 5 + 1, tf.int32)), "id": i})
+        return ds.apply(tfseq.pad_batch(8)).map(
+            lambda b: ({"ids": b["ids"]}, tf.cast(b["id"] % 2, tf.int32)))
+
+    def model():
+        keras.utils.set_random_seed(7)
+        ids = keras.Input((None,), dtype="int32", name="ids")
+        x = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(6, 4)(ids))
+        m = keras.Model({"ids": ids}, keras.layers.Dense(2)(x))
+        m.compile(optimizer="adam", metrics=["accuracy"],
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return m
+
+    assert len({tuple(x["ids"].shape) for x, _ in batches()}) == 8
+    trained = model()
+    trainer = Trainer(trained, batches(), model_dir=None)
+    trainer.restore()
+    result = trainer.fit(2, verbose=0)
+    assert result.steps_done == 16
+    assert trainer._step_fn.experimental_get_tracing_count() == 1
+    reference = model()
+    for _ in range(2):  # the epoch means of the second epoch, weighted by rows
+        sums, rows = {}, 0
+        for x, y in batches():
+            logs = reference.train_on_batch(x, y, return_dict=True)
+            rows += int(y.shape[0])
+            for k, v in logs.items():
+                sums[k] = sums.get(k, 0.0) + float(v) * int(y.shape[0])
+    for a, b in zip(trained.weights, reference.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
+    assert rows == 59
+    assert result.history[-1] == pytest.approx(
+        {"epoch": 2, **{k: v / rows for k, v in sums.items()}})
+
+
 def test_steps_per_execution_is_checked():
     ds, _ = make_dataset()
     with pytest.raises(ValueError, match="steps_per_execution must be a positive int"):

@@ -190,7 +190,8 @@ class Trainer:
         # after a restore (rebuilding the input's position).
         self.timings = {"save": [], "restore": None, "first_batch": None}
         self.jit_compile = jit_compile
-        self._compiled_step = None
+        self._compiled_step = None  # with jit_compile: the XLA step
+        self._step_fn = None        # without: the step, traced once
         if (isinstance(steps_per_execution, bool) or not isinstance(steps_per_execution, int)
                 or steps_per_execution < 1):
             raise ValueError("steps_per_execution must be a positive int; received "
@@ -308,9 +309,9 @@ class Trainer:
 
     def _train_step(self, batch) -> dict:
         """Trains on one batch and returns its logs as floats."""
-        if self.jit_compile:
-            logs = self._jit_train_step(batch)
-        else:
+        if self.jit_compile or _default_strategy(self.model):
+            logs = self._graph_train_step(batch)
+        else:  # a model made in a strategy's scope: Keras runs its step through the strategy
             logs = {k: float(v) for k, v in
                     self.model.train_on_batch(*batch, return_dict=True).items()}
         self._log_keys = self._log_keys or tuple(logs)
@@ -424,25 +425,44 @@ class Trainer:
             return 0
         return self._compiled_step.experimental_get_tracing_count()
 
-    def _jit_train_step(self, batch) -> dict:
-        """``train_on_batch`` as one XLA program per batch shape: the metrics are reset, the
-        model's ``train_step`` runs compiled, and its logs come back as floats."""
+    def _batch_spec(self):
+        """The spec of the training batches, as the input pipeline declares it (a bucketed
+        batch's rows and length are ``None``)."""
+        spec = self.train_ds.element_spec
+        if self.stream is not None or (self.replay is not None and self.replay.count is not None):
+            spec = spec[0]  # (batch, meta)
+        return tuple(spec)
+
+    def _graph_train_step(self, batch) -> dict:
+        """``train_on_batch(*batch)`` with the model's ``train_step`` traced once: the metrics
+        are reset, the step runs, and its logs come back as floats.
+
+        Keras' own function is traced twice on its first call (its compiled metrics create
+        variables there) and once more at the first new batch shape. Here every variable is
+        made before the trace, and the one trace takes the pipeline's relaxed batch spec.
+        With ``jit_compile`` a new shape is a new trace instead (one XLA program each).
+        """
         model = self.model
-        if self._compiled_step is None:
+        step = self._compiled_step if self.jit_compile else self._step_fn
+        if step is None:
             # Builds the layers, the loss and the compiled metrics from the batch's specs, as
             # train_on_batch does before its first step (Keras' own build method).
             model._symbolic_build(data_batch=tuple(batch) + (None,) * (3 - len(batch)))
-            # Variables made outside the traced step: a first call that creates variables
-            # is traced twice, which would count (and compile) its shape twice.
             if not model.optimizer.built:
                 model.optimizer.build(model.trainable_variables)
-            # reduce_retracing=False: a new shape is a new trace (and one compilation), never
-            # a shape-relaxed trace that XLA would compile again per shape unseen.
-            self._compiled_step = tf.function(
-                lambda data: model.train_step(data), jit_compile=True, reduce_retracing=False,
-                autograph=False)
+            if self.jit_compile:
+                # reduce_retracing=False: a new shape is a new trace (and one compilation),
+                # never a shape-relaxed trace that XLA would compile again per shape unseen.
+                step = self._compiled_step = tf.function(
+                    lambda data: model.train_step(data), jit_compile=True,
+                    reduce_retracing=False, autograph=False)
+            else:
+                step = self._step_fn = tf.function(
+                    lambda data: model.train_step(data), reduce_retracing=True,
+                    autograph=False)
+                step.get_concrete_function(self._batch_spec())
         model.reset_metrics()
-        logs = self._compiled_step(tuple(batch))
+        logs = step(tuple(batch))
         return {k: float(v) for k, v in logs.items()}
 
     # -- the loop ------------------------------------------------------------------------
@@ -716,12 +736,16 @@ class ReplicaTrainer(Trainer):
         with strategy.scope():
             model.optimizer.build(model.trainable_variables)
 
+        num_local = self.num_local
+
         @tf.function(reduce_retracing=True)
-        def step(per_replica):
+        def step(parts):
+            per_replica = strategy.experimental_distribute_values_from_function(
+                lambda context: parts[context.replica_id_in_sync_group % num_local])
             return strategy.run(model.train_step, args=(per_replica,))
 
         self._step = step
-        self._variables_created = False
+        self._traced = False
 
     @property
     def checkpoint_dir(self) -> str | None:
@@ -771,18 +795,28 @@ class ReplicaTrainer(Trainer):
         return tuple(parts)
 
     def _train_step(self, batch) -> dict:
-        per_replica = self.strategy.experimental_distribute_values_from_function(
-            lambda context: batch[context.replica_id_in_sync_group % self.num_local])
-        if not self._variables_created:
-            # The first step runs eagerly: Keras creates its metric variables there, which a
-            # tf.function with relaxed shapes cannot do.
-            logs = self.strategy.run(self.model.train_step, args=(per_replica,))
-            self._variables_created = True
-        else:
-            logs = self._step(per_replica)
+        if not self._traced:
+            # Every variable (layers, loss, compiled metrics) made before the trace, as
+            # Keras' train_on_batch does under a strategy, so the step is traced once, on the
+            # input's relaxed spec (a bucketed part's rows and length are None).
+            with self.strategy.scope():
+                self.model._symbolic_build(
+                    data_batch=tuple(batch[0]) + (None,) * (3 - len(batch[0])))
+            if self.stream is not None or self.replay is not None:
+                spec = self._batch_spec()
+            else:  # a dataset of parts, num_local of them per step
+                spec = (self.train_ds.element_spec,) * self.num_local
+            self._step.get_concrete_function(tuple(spec))
+            self._traced = True
+        logs = self._step(tuple(batch))
         # Keras metrics are synchronised variables: every replica reports the same value.
         return {k: float(self.strategy.experimental_local_results(v)[0])
                 for k, v in logs.items()}
+
+
+def _default_strategy(model: keras.Model) -> bool:
+    """Whether ``model`` was made outside any ``tf.distribute`` strategy's scope."""
+    return getattr(model, "_distribute_strategy", None) is None
 
 
 def _task_id(strategy: tf.distribute.Strategy) -> int:
