@@ -9,6 +9,7 @@ into a task ``Config`` and a ``RunSettings`` and call it (``scripts/train.py``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -260,16 +261,19 @@ class Runner:
             print(f"Resuming from {self.settings.model_dir}: "
                   f"epoch {int(trainer.epoch.numpy()) + 1}, "
                   f"step {int(trainer.step_in_epoch.numpy())} of that epoch", file=sys.stderr)
-        eval_ds = task.eval_dataset(config, run.state, counters["eval"])
         local_model = (model if strategy is None
                        else task.build_model(config, run.state, model_config))
+
+        @functools.cache
+        def eval_ds():  # built at its first use: a run stopped before any evaluation skips it
+            return task.eval_dataset(config, run.state, counters["eval"])
 
         def evaluate():
             if local_model is not model:  # a single-device copy: no collective op
                 local_model.set_weights(model.get_weights())
             counters["eval"].reset()
             return {k: float(v) for k, v in
-                    local_model.evaluate(eval_ds, verbose=0, return_dict=True).items()}
+                    local_model.evaluate(eval_ds(), verbose=0, return_dict=True).items()}
 
         def eval_fn(epoch):
             results = evaluate() if chief else {}
@@ -281,7 +285,7 @@ class Runner:
                              eval_fn=eval_fn if workers == 1 else None,
                              max_steps=self.settings.max_steps)
         finished = not result.interrupted
-        baselines = task.baselines(eval_ds) if finished and chief else {}
+        baselines = task.baselines(eval_ds()) if finished and chief else {}
         eval_results = evaluate() if finished and chief else {}  # the eval counts: one pass
         checkpoints = trainer.checkpoint_dir and tfseq.training.checkpoints_newest_first(
             trainer.checkpoint_dir)
@@ -305,7 +309,7 @@ class Runner:
         write_report(os.path.join(self.settings.model_dir, "report.json"), report)
         print(format_report(report))
         if finished:
-            for line in task.sample_lines(config, run.state, local_model, eval_ds):
+            for line in task.sample_lines(config, run.state, local_model, eval_ds()):
                 print(line)
         if self.settings.export and not result.signal:  # finished, or stopped by max_steps
             if self.settings.verbose:
