@@ -153,7 +153,7 @@ def test_ctr_binary_resumes_mid_epoch_and_exports(tmp_path):
     def train(model_dir, *flags, fault=None):
         return train_binary("ctr", model_dir, *files, *flags, fault=fault)
 
-    whole = train(tmp_path / "whole")
+    whole = train(tmp_path / "whole", "--noexport")
     assert whole.returncode == 0, whole.stderr[-2000:]
     cut = train(tmp_path / "cut", fault="after_step:8:TERM")
     assert cut.returncode == 128 + signal.SIGTERM, cut.stderr[-2000:]

@@ -13,8 +13,9 @@ _plan = tf.function(_pack_plan.plan_part, reduce_retracing=True)
 
 def check_plan(lengths, block, segments):
     """Runs the plan and checks every invariant; returns the number of rows."""
-    row_of, seg_of, rows, order = (x.numpy() for x in _plan(tf.constant(lengths, tf.int32),
-                                                                 block, segments))
+    # block and segments as tensors: one trace for every draw (as Python ints, one each)
+    row_of, seg_of, rows, order = (x.numpy() for x in _plan(
+        tf.constant(lengths, tf.int32), tf.constant(block), tf.constant(segments)))
     rows = int(rows)
     lengths = np.asarray(lengths, np.int64)
     assert row_of.shape == seg_of.shape == lengths.shape

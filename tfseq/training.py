@@ -439,28 +439,28 @@ class Trainer:
 
         Keras' own function is traced twice on its first call (its compiled metrics create
         variables there) and once more at the first new batch shape. Here every variable is
-        made before the trace, and the one trace takes the pipeline's relaxed batch spec.
-        With ``jit_compile`` a new shape is a new trace instead (one XLA program each).
+        made before the trace, and the one trace takes the pipeline's relaxed batch spec. A
+        model Keras cannot build from specs (ragged inputs, layers built at their first call)
+        makes its variables in that trace, which tf.function then repeats once. With
+        ``jit_compile`` a new shape is a new trace instead (one XLA program each).
         """
         model = self.model
         step = self._compiled_step if self.jit_compile else self._step_fn
         if step is None:
-            # Builds the layers, the loss and the compiled metrics from the batch's specs, as
-            # train_on_batch does before its first step (Keras' own build method).
-            model._symbolic_build(data_batch=tuple(batch) + (None,) * (3 - len(batch)))
-            if not model.optimizer.built:
-                model.optimizer.build(model.trainable_variables)
             if self.jit_compile:
+                _build_from_specs(model, batch, strict=True)
                 # reduce_retracing=False: a new shape is a new trace (and one compilation),
                 # never a shape-relaxed trace that XLA would compile again per shape unseen.
                 step = self._compiled_step = tf.function(
                     lambda data: model.train_step(data), jit_compile=True,
                     reduce_retracing=False, autograph=False)
             else:
+                # Where Keras cannot build the model from specs, the first call makes its
+                # variables (traced twice, as Keras' own function is, both on this spec).
+                _build_from_specs(model, batch)
                 step = self._step_fn = tf.function(
-                    lambda data: model.train_step(data), reduce_retracing=True,
+                    lambda data: model.train_step(data), input_signature=[self._batch_spec()],
                     autograph=False)
-                step.get_concrete_function(self._batch_spec())
         model.reset_metrics()
         logs = step(tuple(batch))
         return {k: float(v) for k, v in logs.items()}
@@ -746,6 +746,7 @@ class ReplicaTrainer(Trainer):
 
         self._step = step
         self._traced = False
+        self._first_step_taken = False  # eagerly: a model not built from specs
 
     @property
     def checkpoint_dir(self) -> str | None:
@@ -798,10 +799,17 @@ class ReplicaTrainer(Trainer):
         if not self._traced:
             # Every variable (layers, loss, compiled metrics) made before the trace, as
             # Keras' train_on_batch does under a strategy, so the step is traced once, on the
-            # input's relaxed spec (a bucketed part's rows and length are None).
+            # input's relaxed spec (a bucketed part's rows and length are None). A model
+            # Keras cannot build from specs takes its first step eagerly, which makes them.
             with self.strategy.scope():
-                self.model._symbolic_build(
-                    data_batch=tuple(batch[0]) + (None,) * (3 - len(batch[0])))
+                built = self._first_step_taken or _build_from_specs(self.model, batch[0])
+            if not built:  # a tf.function with relaxed shapes could not make the variables
+                self._first_step_taken = True
+                per_replica = self.strategy.experimental_distribute_values_from_function(
+                    lambda context: batch[context.replica_id_in_sync_group % self.num_local])
+                logs = self.strategy.run(self.model.train_step, args=(per_replica,))
+                return {k: float(self.strategy.experimental_local_results(v)[0])
+                        for k, v in logs.items()}
             if self.stream is not None or self.replay is not None:
                 spec = self._batch_spec()
             else:  # a dataset of parts, num_local of them per step
@@ -812,6 +820,26 @@ class ReplicaTrainer(Trainer):
         # Keras metrics are synchronised variables: every replica reports the same value.
         return {k: float(self.strategy.experimental_local_results(v)[0])
                 for k, v in logs.items()}
+
+
+def _build_from_specs(model: keras.Model, batch, strict: bool = False) -> bool:
+    """Makes the variables of ``model``, its loss, compiled metrics and optimizer from the
+    specs of ``batch`` (Keras' own build, what ``train_on_batch`` does under a strategy), so
+    a traced step creates none. Returns False, with nothing built, for a model with layers
+    not built yet (one building a layer at its first call, as a stateful LM's recurrent
+    cell, is not built right from specs) or that Keras cannot call on symbolic inputs
+    (ragged inputs); ``strict``: tries it anyway and raises."""
+    if not strict and not all(layer.built for layer in model._flatten_layers()):
+        return False
+    try:
+        model._symbolic_build(data_batch=tuple(batch) + (None,) * (3 - len(batch)))
+    except RuntimeError:  # Keras' "Unable to automatically build the model"
+        if strict:
+            raise
+        return False
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    return True
 
 
 def _default_strategy(model: keras.Model) -> bool:
