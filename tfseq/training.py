@@ -114,6 +114,11 @@ class _SignalFlag:
 class Trainer:
     """Runs epochs of ``train_on_batch`` with resumable checkpoints.
 
+    Each step is the model's ``train_step`` in one ``tf.function`` traced once, on the
+    input's relaxed batch spec (Keras' own ``train_on_batch`` traces a bucketed run three
+    times); a model made in a ``tf.distribute`` strategy's scope steps through
+    ``train_on_batch`` itself.
+
     Args:
       model: a compiled Keras model.
       data: one epoch of ``(features, labels)`` or ``(features, labels, weights)`` batches:
@@ -825,15 +830,17 @@ class ReplicaTrainer(Trainer):
 def _build_from_specs(model: keras.Model, batch, strict: bool = False) -> bool:
     """Makes the variables of ``model``, its loss, compiled metrics and optimizer from the
     specs of ``batch`` (Keras' own build, what ``train_on_batch`` does under a strategy), so
-    a traced step creates none. Returns False, with nothing built, for a model with layers
-    not built yet (one building a layer at its first call, as a stateful LM's recurrent
-    cell, is not built right from specs) or that Keras cannot call on symbolic inputs
-    (ragged inputs); ``strict``: tries it anyway and raises."""
+    a traced step creates none. Returns False for a model with layers not built yet (one
+    building a layer at its first call, as a stateful LM's recurrent cell, is not built
+    right from specs; nothing is tried) or that Keras cannot call on symbolic inputs (ragged
+    inputs): the first traced call makes what is missing. ``strict``: tries it anyway and
+    raises."""
     if not strict and not all(layer.built for layer in model._flatten_layers()):
         return False
     try:
         model._symbolic_build(data_batch=tuple(batch) + (None,) * (3 - len(batch)))
-    except RuntimeError:  # Keras' "Unable to automatically build the model"
+    except (RuntimeError, ValueError):  # Keras: "Unable to automatically build the model",
+        # or the model's own ValueError on inputs with unknown dimensions
         if strict:
             raise
         return False
