@@ -835,10 +835,14 @@ def _build_from_specs(model: keras.Model, batch, strict: bool = False) -> bool:
     right from specs; nothing is tried) or that Keras cannot call on symbolic inputs (ragged
     inputs): the first traced call makes what is missing. ``strict``: tries it anyway and
     raises."""
-    if not strict and not all(layer.built for layer in model._flatten_layers()):
+    build = getattr(model, "_symbolic_build", None)  # Keras 3's own (not public) method
+    if build is None and strict:
+        raise ValueError("jit_compile needs Keras 3's Model._symbolic_build to build the "
+                         "model before the compiled step; this Keras has none")
+    if build is None or not (strict or all(layer.built for layer in model._flatten_layers())):
         return False
     try:
-        model._symbolic_build(data_batch=tuple(batch) + (None,) * (3 - len(batch)))
+        build(data_batch=tuple(batch) + (None,) * (3 - len(batch)))
     except (RuntimeError, ValueError):  # Keras: "Unable to automatically build the model",
         # or the model's own ValueError on inputs with unknown dimensions
         if strict:
