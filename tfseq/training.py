@@ -462,10 +462,12 @@ class Trainer:
             else:
                 # Where Keras cannot build the model from specs, the first call makes its
                 # variables (traced twice, as Keras' own function is, both on this spec).
+                # The model's own jit_compile, as Keras' function takes it ("auto": XLA on
+                # a GPU, none on CPU).
                 _build_from_specs(model, batch)
                 step = self._step_fn = tf.function(
                     lambda data: model.train_step(data), input_signature=[self._batch_spec()],
-                    autograph=False)
+                    jit_compile=bool(model.jit_compile), autograph=False)
         model.reset_metrics()
         logs = step(tuple(batch))
         return {k: float(v) for k, v in logs.items()}
