@@ -77,22 +77,21 @@ def run_all(out_path, tmp_dir):
 
         trainer = ReplicaTrainer(make_model(), strategy, parts_ds, model_dir=model_dir,
                                  checkpoint_every=2, on_batch=on_batch, on_step=on_step)
-        trainer.shapes = shapes
         trainer.restore()
         result = trainer.fit(2, verbose=0, eval_fn=next_epoch)
-        return result, trainer
+        return result, trainer, shapes
 
     out = {}
     for batching in batch_fns:
         full = [[]]
-        result, trainer = run(batching, os.path.join(tmp_dir, batching, "full"), full)
+        result, trainer, shapes = run(batching, os.path.join(tmp_dir, batching, "full"), full)
         cut = [[]]
-        part, _ = run(batching, os.path.join(tmp_dir, batching, "cut"), cut, kill_at=3)
-        rest, resumed = run(batching, os.path.join(tmp_dir, batching, "cut"), cut)
+        part, _, _ = run(batching, os.path.join(tmp_dir, batching, "cut"), cut, kill_at=3)
+        rest, resumed, _ = run(batching, os.path.join(tmp_dir, batching, "cut"), cut)
         out[batching] = {
             "full": full[:2], "cut": cut[:2], "full_steps": result.steps_done,
             "traces": trainer._step.experimental_get_tracing_count(),
-            "shapes": len(trainer.shapes),
+            "shapes": len(shapes),
             "interrupted": [part.interrupted, part.steps_done, rest.interrupted,
                             rest.steps_done]}
     with open(out_path, "w") as f:

@@ -136,9 +136,9 @@ def test_several_steps_per_execution_stop_at_max_steps_and_checkpoints_and_resum
 
 
 def test_the_step_is_traced_once_and_trains_as_train_on_batch():
-    # Batches of 8 shapes ([8, L] for L in 1..7, and [3, 1]), a model with
-    # a compiled metric: one trace for the whole run (Keras' train_on_batch makes three), and
-    # the weights and the last step's logs of a train_on_batch loop over the same batches.
+    # Batches of 8 shapes ([8, L] for L in 1..7, and [3, 1]), a model with a compiled metric:
+    # one trace for the whole run (Keras' train_on_batch makes three), and the weights and
+    # the epoch means of a train_on_batch loop over the same batches.
     def batches():
         ds = tf.data.Dataset.range(59).map(
             lambda i: {"ids": tf.fill([i // 8 % 7 + 1], tf.cast(i % 5 + 1, tf.int32)), "id": i})

@@ -747,9 +747,8 @@ class ReplicaTrainer(Trainer):
 
         @tf.function(reduce_retracing=True)
         def step(parts):
-            per_replica = strategy.experimental_distribute_values_from_function(
-                lambda context: parts[context.replica_id_in_sync_group % num_local])
-            return strategy.run(model.train_step, args=(per_replica,))
+            return strategy.run(model.train_step,
+                                args=(_per_replica(strategy, parts, num_local),))
 
         self._step = step
         self._traced = False
@@ -812,9 +811,8 @@ class ReplicaTrainer(Trainer):
                 built = self._first_step_taken or _build_from_specs(self.model, batch[0])
             if not built:  # a tf.function with relaxed shapes could not make the variables
                 self._first_step_taken = True
-                per_replica = self.strategy.experimental_distribute_values_from_function(
-                    lambda context: batch[context.replica_id_in_sync_group % self.num_local])
-                logs = self.strategy.run(self.model.train_step, args=(per_replica,))
+                logs = self.strategy.run(self.model.train_step, args=(
+                    _per_replica(self.strategy, batch, self.num_local),))
                 return {k: float(self.strategy.experimental_local_results(v)[0])
                         for k, v in logs.items()}
             if self.stream is not None or self.replay is not None:
@@ -827,6 +825,13 @@ class ReplicaTrainer(Trainer):
         # Keras metrics are synchronised variables: every replica reports the same value.
         return {k: float(self.strategy.experimental_local_results(v)[0])
                 for k, v in logs.items()}
+
+
+def _per_replica(strategy: tf.distribute.Strategy, parts, num_local: int):
+    """``parts`` (one per local replica) as one distributed value: part ``i`` on replica
+    ``i``."""
+    return strategy.experimental_distribute_values_from_function(
+        lambda context: parts[context.replica_id_in_sync_group % num_local])
 
 
 def _build_from_specs(model: keras.Model, batch, strict: bool = False) -> bool:
