@@ -12,6 +12,9 @@ bytes features). Every feed is consumed in the graph (``Dataset.reduce``), best 
 ``--repeats`` round-robin passes:
 
   read tsv / jsonl / tfrecord   ``formats.read_rows`` (read + parse + drop checks): rows/s
+  read tsv / tfrecord, 8 shards the same rows dealt round-robin into 8 files of each format,
+                                read as a sharded corpus is (``in_order=False``: the files
+                                in parallel, a batch of each in turn)
   bucket, one source            the TSV rows' text -> ``tokenize`` -> ``bucket_by_length``
   bucket, mix of 3              the same rows cut into three files (thirds), each read and
                                 tokenized as above, ``tfseq.mix`` in proportion to their
@@ -19,6 +22,7 @@ bytes features). Every feed is consumed in the graph (``Dataset.reduce``), best 
                                 over as many rows (M real tokens/s)
 
 Targets (issue: many sources): jsonl >= 0.5x tsv, tfrecord >= tsv, mix of 3 >= 0.9x one.
+The sharded rows are held against the sharded TSV.
 """
 
 from __future__ import annotations
@@ -57,6 +61,9 @@ def corpus_rows() -> list[tuple[str, str]]:
     return rows
 
 
+SHARDS = 8
+
+
 def write_files(out_dir: str, rows) -> dict[str, str]:
     """The same rows as TSV, JSON Lines and TFRecord; and three TSV thirds."""
     import tensorflow as tf
@@ -74,6 +81,21 @@ def write_files(out_dir: str, rows) -> dict[str, str]:
                         value=[label.encode()])),
                     "text": tf.train.Feature(bytes_list=tf.train.BytesList(
                         value=[text.encode()]))})).SerializeToString())
+    for kind in ("tsv", "tfrecord"):
+        shards = [os.path.join(out_dir, f"part-{i}.{kind}") for i in range(SHARDS)]
+        paths[f"{kind} shards"] = shards
+        if kind == "tsv":
+            with open(paths["tsv"], encoding="utf-8") as f:
+                lines = f.readlines()
+            for i, shard in enumerate(shards):
+                with open(shard, "w", encoding="utf-8") as f:
+                    f.writelines(lines[i::SHARDS])
+        else:
+            records = list(tf.data.TFRecordDataset(paths["tfrecord"]).as_numpy_iterator())
+            for i, shard in enumerate(shards):
+                with tf.io.TFRecordWriter(shard) as w:
+                    for record in records[i::SHARDS]:
+                        w.write(record)
     for i in range(3):
         paths[f"third{i}"] = os.path.join(out_dir, f"third{i}.tsv")
         with open(paths[f"third{i}"], "w", encoding="utf-8") as f:
@@ -90,14 +112,18 @@ def build_feeds(paths, total_rows):
     import tfseq
     from tfseq import formats
 
-    def read(path, kind):
-        fmt = formats.row_format([path], kind, ["label", "text"], False,
+    def read(path, kind, in_order=True):
+        files = path if isinstance(path, list) else [path]
+        fmt = formats.row_format(files, kind, ["label", "text"], False,
                                  required=("label", "text"), allowed=("label", "text"))
-        return formats.read_rows([path], fmt, tfseq.DropCounter(kind), in_order=True)
+        return formats.read_rows(files, fmt, tfseq.DropCounter(kind), in_order=in_order)
 
     rows = lambda b: tf.size(b["text"], out_type=tf.int64)  # noqa: E731
     feeds = {f"read {kind}": (read(paths[kind], kind), rows)
              for kind in ("tsv", "jsonl", "tfrecord")}
+    for kind in ("tsv", "tfrecord"):
+        feeds[f"read {kind}, {SHARDS} shards"] = (
+            read(paths[f"{kind} shards"], kind, in_order=False), rows)
     texts = [t.decode() for t in read(paths["tsv"], "tsv").map(lambda b: b["text"]).unbatch()
              .take(20000).as_numpy_iterator()]
     vocab = tfseq.Vocab.build(tf.data.Dataset.from_tensor_slices(texts), min_count=1)
@@ -129,7 +155,7 @@ def main(argv):
     with tempfile.TemporaryDirectory(prefix="bench_sources_") as tmp:
         rows = corpus_rows()
         paths = write_files(tmp, rows)
-        sizes = {k: os.path.getsize(p) for k, p in paths.items()}
+        sizes = {k: os.path.getsize(p) for k, p in paths.items() if isinstance(p, str)}
         feeds = build_feeds(paths, len(rows) * FLAGS.copies)
         options = tfseq.pipeline_options()
         best = {}
@@ -145,15 +171,17 @@ def main(argv):
                     best[name] = (n, seconds)
     rate_of = lambda name: best[name][0] / best[name][1] if name in best else None  # noqa
     tsv_rate, one_rate = rate_of("read tsv"), rate_of("bucket, one source")
+    sharded_rate = rate_of(f"read tsv, {SHARDS} shards")
     print(f"\n{len(rows) * FLAGS.copies} rows per file; best of {FLAGS.repeats}, in-graph")
-    print(f"{'feed':22s} {'count':>10s} {'seconds':>8s} {'rate (M/s)':>11s} {'ratio':>7s}")
+    print(f"{'feed':26s} {'count':>10s} {'seconds':>8s} {'rate (M/s)':>11s} {'ratio':>7s}")
     for name, (n, seconds) in best.items():
         rate = n / seconds
-        base = one_rate if name.startswith("bucket") else tsv_rate
+        base = (one_rate if name.startswith("bucket") else
+                sharded_rate if name.endswith("shards") else tsv_rate)
         unit = "rows" if name.startswith("read") else "real tokens"
         results[name] = {"count": n, "unit": unit, "seconds": round(seconds, 4),
                          "rate": rate, "ratio": rate / base}
-        print(f"{name:22s} {n:>10d} {seconds:>8.3f} {rate / 1e6:>11.3f} {rate / base:>7.2f}")
+        print(f"{name:26s} {n:>10d} {seconds:>8.3f} {rate / 1e6:>11.3f} {rate / base:>7.2f}")
     results["file_bytes"] = {k: v for k, v in sizes.items() if not k.startswith("third")}
     if FLAGS.json_out:
         os.makedirs(os.path.dirname(FLAGS.json_out) or ".", exist_ok=True)

@@ -82,9 +82,33 @@ def test_tfrecord_gzip_several_files_and_shards(tmp_path):
     texts = [t.decode() for t in formats.text_column([a, b], format="tfrecord").as_numpy_iterator()]
     assert texts == ["a0", "a1", "a2", "a3", "a4", "b0", "b1", "b2"]
     fmt = formats.RowFormat("tfrecord", ("text",))
-    shard = [r["text"] for r in rows(formats.read_rows([a, b], fmt, tfseq.DropCounter("s"),
-                                                       num_shards=3, shard_index=1))]
-    assert shard == ["a1", "a4", "b2"]
+
+    def shard(files, in_order):
+        return [r["text"] for r in rows(formats.read_rows(
+            files, fmt, tfseq.DropCounter("s"), num_shards=3, shard_index=1,
+            in_order=in_order))]
+
+    # In order: every third record of the files one after another. Otherwise each file's
+    # records round-robin (fewer files than shards), or whole files (as many or more).
+    assert shard([a, b], in_order=True) == ["a1", "a4", "b2"]
+    assert shard([a, b], in_order=False) == ["a1", "a4", "b1"]
+    c = write_records(tmp_path / "c.tfrecord", [example(text=f"c{i}") for i in range(2)])
+    assert shard([a, b, c], in_order=False) == ["b0", "b1", "b2"]
+
+
+def test_tfrecord_files_read_in_parallel_a_batch_of_each_in_turn(tmp_path):
+    a = write_records(tmp_path / "a.tfrecord", [example(text=f"a{i}") for i in range(5)])
+    b = write_records(tmp_path / "b.tfrecord.gz", [example(text=f"b{i}") for i in range(3)],
+                      gzip_it=True)
+    fmt = formats.RowFormat("tfrecord", ("text",))
+
+    def texts(in_order):
+        ds = formats.read_records([a, b], fmt, batch_size=2, in_order=in_order)
+        return [[tf.train.Example.FromString(r).features.feature["text"].bytes_list.value[0]
+                 .decode() for r in batch] for batch in ds.as_numpy_iterator()]
+
+    assert texts(in_order=True) == [["a0", "a1"], ["a2", "a3"], ["a4", "b0"], ["b1", "b2"]]
+    assert texts(in_order=False) == [["a0", "a1"], ["b0", "b1"], ["a2", "a3"], ["b2"], ["a4"]]
 
 
 def test_tfrecord_setup_errors_name_the_fix(tmp_path):

@@ -215,8 +215,9 @@ def read_records(files: Sequence[str], fmt: RowFormat, *, batch_size: int = READ
       batch_size: records per batch.
       num_shards, shard_index: read only this shard (``text_lines``' sharding; CoNLL:
         sentences round-robin).
-      in_order: file by file in the order given (otherwise line-format files are interleaved
-        batch by batch, a deterministic order all the same).
+      in_order: file by file in the order given (otherwise line-format and TFRecord files
+        are read in parallel and interleaved batch by batch, a deterministic order all the
+        same).
 
     Raises:
       InputError: a missing file, or a corrupt or truncated gzip file (the message names it).
@@ -240,6 +241,34 @@ def _tfrecords(files: Sequence[str]) -> tf.data.Dataset:
     for more in parts[1:]:
         ds = ds.concatenate(more)
     return ds
+
+
+def _tfrecord_shards(files: Sequence[str], *, batch_size: int, num_shards: int,
+                     shard_index: int) -> tf.data.Dataset:
+    """TFRecord files read in parallel, a batch of each in turn (as ``text_lines``
+    interleaves line files): the reader hands out one tf.data element per record, so one
+    file at a time is one core's worth (~0.8M records/s here).
+
+    Sharding as ``text_lines``': whole files when there are at least ``num_shards`` of
+    them, else the records of each file round-robin."""
+    shard_records = num_shards > 1 and len(files) < num_shards
+    if num_shards > 1 and not shard_records:
+        files = files[shard_index::num_shards]
+    kinds = []
+    for path in files:
+        if path.endswith(".gz"):
+            verify_gzip(path)
+        kinds.append("GZIP" if path.endswith(".gz") else "")
+
+    def read(path, kind):
+        records = tf.data.TFRecordDataset(path, kind)
+        if shard_records:
+            records = records.shard(num_shards, shard_index)
+        return records.batch(batch_size)
+
+    return tf.data.Dataset.from_tensor_slices((list(files), kinds)).interleave(
+        read, cycle_length=min(len(files), 16), block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def read_aligned(source_files: Sequence[str], target_files: Sequence[str], *,
@@ -668,6 +697,9 @@ class TfRecord(Format):
         return RowFormat(self.name, columns, False, feature_kinds(files, names))
 
     def read(self, files, fmt, *, batch_size, num_shards, shard_index, in_order):
+        if not in_order and len(files) > 1:
+            return _tfrecord_shards(files, batch_size=batch_size, num_shards=num_shards,
+                                    shard_index=shard_index)
         ds = _tfrecords(files)
         if num_shards > 1:
             ds = ds.shard(num_shards, shard_index)
