@@ -81,8 +81,9 @@ def test_bench_scaling_feeds_deliver_the_same_real_tokens_at_any_parallelism(tmp
 @pytest.mark.slow
 def test_bench_sources_reads_the_same_rows_in_every_format(tmp_path):
     # The embedded corpus' rows once as TSV, JSON Lines and TFRecord (and in 8 shards of
-    # TSV and of TFRecord, read in parallel): every reader gives the same rows (18 of the 62,204 have an empty text), and the mixture of the three thirds
-    # buckets at least the one source's real tokens (its last block runs past them).
+    # TSV and of TFRecord, read in parallel): every reader gives the same rows (18 of the
+    # 62,204 have an empty text), and the mixture of the three thirds buckets at least the
+    # one source's real tokens (its last block runs past them).
     run_script("bench_sources.py", "--copies=1", "--repeats=1",
                f"--json_out={tmp_path / 's.json'}")
     report = json.loads((tmp_path / "s.json").read_text())
