@@ -232,15 +232,20 @@ def read_records(files: Sequence[str], fmt: RowFormat, *, batch_size: int = READ
 
 def _tfrecords(files: Sequence[str]) -> tf.data.Dataset:
     """The records of TFRecord files in order, ``tf.string`` scalars (``.gz``: GZIP)."""
-    parts = []
-    for path in files:
-        if path.endswith(".gz"):
-            verify_gzip(path)
-        parts.append(tf.data.TFRecordDataset(path, "GZIP" if path.endswith(".gz") else ""))
+    parts = [tf.data.TFRecordDataset(path, _tfrecord_compression(path)) for path in files]
     ds = parts[0]
     for more in parts[1:]:
         ds = ds.concatenate(more)
     return ds
+
+
+def _tfrecord_compression(path: str) -> str:
+    """``TFRecordDataset``'s compression for ``path``: "GZIP" for ``.gz`` (verified whole
+    first: the reader would stop silently where a truncated file breaks off), else ""."""
+    if path.endswith(".gz"):
+        verify_gzip(path)
+        return "GZIP"
+    return ""
 
 
 def _tfrecord_shards(files: Sequence[str], *, batch_size: int, num_shards: int,
@@ -254,11 +259,7 @@ def _tfrecord_shards(files: Sequence[str], *, batch_size: int, num_shards: int,
     shard_records = num_shards > 1 and len(files) < num_shards
     if num_shards > 1 and not shard_records:
         files = files[shard_index::num_shards]
-    kinds = []
-    for path in files:
-        if path.endswith(".gz"):
-            verify_gzip(path)
-        kinds.append("GZIP" if path.endswith(".gz") else "")
+    kinds = [_tfrecord_compression(path) for path in files]
 
     def read(path, kind):
         records = tf.data.TFRecordDataset(path, kind)
