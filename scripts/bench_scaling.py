@@ -25,6 +25,13 @@ consumed in the graph (``Dataset.reduce``: no Python per batch), best of ``--rep
                  ``Dataset.bucket_by_sequence_length`` with batch sizes from the same budget
                  (over one copy of the files: it is ~30x slower).
 
+``--steady`` (the default; needs ``--copies`` of 2 or more) also times each feed over a
+quarter of the copies: every pass is a new iterator,
+which builds its functions and fills its first pool or part before its first batch, so a
+short pass understates the rate a feed keeps up. From the two lengths each row gets
+``steady_tokens_per_second`` (the tokens between the passes over the seconds between them),
+``steady_vs_raw`` and ``start_seconds`` (the short pass' time beyond its tokens at that rate).
+
 ``--python_loop`` also consumes raw, bucket and pack in a Python loop (one op per batch: what a
 custom training loop pays). With several ``--parallel`` values the bucket and pack feeds run
 once per value (``bucket_by_length(num_parallel_pools=K)``, ``pack(num_parallel_parts=K)``):
@@ -81,6 +88,10 @@ flags.DEFINE_string("tokenize_parallel", "auto", "tokenize(num_parallel_calls=..
                     "process' cores) or a number.")
 flags.DEFINE_list("feeds", ["raw", "bucket", "pack", "bucket_alone", "pack_alone", "plain", "read"],
                   "Feeds to run (raw always runs: every ratio needs it).")
+flags.DEFINE_boolean("steady", True, "Also time each feed (but plain) over a quarter of "
+                     "the copies and split its time into a steady rate and a start: each pass is "
+                     "a new iterator, which builds its functions and fills its first pool before "
+                     "its first batch.")
 flags.DEFINE_boolean("python_loop", True, "Also consume raw, bucket and pack in a Python loop.")
 flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 flags.DEFINE_string("_child_out", None, "Internal: a child's JSON output file.")
@@ -257,6 +268,12 @@ def run_child(files, copies):
     for name, (ds, count) in feeds.items():
         ds = ds.with_options(options)
         timers[name] = (ds, count)
+    short_copies = max(1, FLAGS.copies // 4)
+    if FLAGS.steady and short_copies < FLAGS.copies:
+        short = build_feeds(copies[:len(files) * short_copies], vocab, parallel)
+        for name, (ds, count) in short.items():
+            if name in timers and not name.startswith(("plain", "read")):
+                timers[name + " (short)"] = (ds.with_options(options), count)
     best = {}
     for _ in range(FLAGS.repeats):  # round robin: a slow spell hits every feed alike
         for name, (ds, count) in timers.items():
@@ -267,6 +284,8 @@ def run_child(files, copies):
                   f"cpu {cpu:.1f} s)", flush=True)  # as it goes: a run cut short still shows
             if name not in best or seconds < best[name][1]:
                 best[name] = (tokens, seconds, cpu)
+    shorts = {name[:-len(" (short)")]: best.pop(name) for name in list(best)
+              if name.endswith(" (short)")}
     if FLAGS.python_loop:
         for name in [n for n in timers if n.split(" ")[0] in ("raw", "bucket", "pack")]:
             ds, count = timers[name]
@@ -295,10 +314,25 @@ def run_child(files, copies):
         row = {"cores": cores, "feed": name, "real_tokens": tokens,
                "seconds": round(seconds, 4), "tokens_per_second": tokens / seconds,
                "vs_raw": tokens / seconds / raw_rate, "cpu_ns_per_token": cpu / tokens * 1e9}
+        if name in shorts and "raw" in shorts:
+            row.update(steady(shorts[name], (tokens, seconds)))
+            raw_steady = steady(shorts["raw"], best["raw"])["steady_tokens_per_second"]
+            row["steady_vs_raw"] = row["steady_tokens_per_second"] / raw_steady
         if lines and not name.startswith("plain"):
             row["lines_per_second"] = lines / seconds
         rows.append(row)
     return rows
+
+
+def steady(short, long) -> dict:
+    """Two passes of one feed, ``(tokens, seconds)`` each, a short and a long one -> its rate
+    once running (the tokens between them over the seconds between them) and its start (what
+    the short pass took beyond its tokens at that rate: building the iterator's functions,
+    filling the first pool or part)."""
+    rate = (long[0] - short[0]) / max(long[1] - short[1], 1e-9)
+    return {"short_real_tokens": short[0], "short_seconds": round(short[1], 4),
+            "steady_tokens_per_second": rate,
+            "start_seconds": round(short[1] - short[0] / rate, 4)}
 
 
 def main(argv):
@@ -351,6 +385,19 @@ def main(argv):
             cells.append(f"{row['tokens_per_second'] / 1e6:7.2f} ({row['vs_raw']:.2f}x) "
                          f"[{row['cpu_ns_per_token']:5.0f}]" if row else "")
         print(f"{feed:32s} " + " ".join(f"{cell:>24s}" for cell in cells))
+    if any("steady_tokens_per_second" in row for row in rows):
+        print("\nsteady M real tokens/s (x raw's steady rate) and start s, from passes of "
+              f"{FLAGS.copies} and {max(1, FLAGS.copies // 4)} copies")
+        print(f"{'feed':32s} " + " ".join(f"{f'{c} cores':>24s}" for c in by_cores))
+        for feed in feeds:
+            cells = []
+            for c in by_cores:
+                row = by_cores[c].get(feed)
+                cells.append(f"{row['steady_tokens_per_second'] / 1e6:7.2f} "
+                             f"({row['steady_vs_raw']:.2f}x) {row['start_seconds']:5.2f} s"
+                             if row and "steady_tokens_per_second" in row else "")
+            if any(cells):
+                print(f"{feed:32s} " + " ".join(f"{cell:>24s}" for cell in cells))
     cores = sorted(by_cores)
     gains = {}
     if len(cores) > 1:
@@ -368,7 +415,7 @@ def main(argv):
             json.dump({"benchmark": "scaling", "max_tokens": FLAGS.max_tokens,
                        "max_length": FLAGS.max_length, "read_batch": FLAGS.read_batch,
                        "tokenize_parallel": FLAGS.tokenize_parallel,
-                       "copies": FLAGS.copies, "rows": rows,
+                       "copies": FLAGS.copies, "steady": FLAGS.steady, "rows": rows,
                        "gains": {"from_cores": cores[0], "to_cores": cores[-1],
                                  "feeds": gains} if len(cores) > 1 else None}, f, indent=1)
 

@@ -31,6 +31,7 @@ here=$PWD
   lscpu | grep -E "Model name|^CPU\(s\)|Thread|MHz" ; } | tee "$OUT/machine.txt"
 
 # run NAME TREE TIMEOUT CORES ARGS...: one bench_scaling run, its JSON and log in $OUT
+# (one pass length: the machine's minutes are few; ARGS may add --steady)
 run() {
   local name=$1 tree=$2 limit=$3 cores=$4; shift 4
   local left=$((DEADLINE - (SECONDS - start)))
@@ -49,7 +50,7 @@ run() {
   fi
   (cd /tmp && PYTHONPATH=/tmp/site:$pkg timeout "$limit" python3 \
       "$here/scripts/bench_scaling.py" --cores="$cores" --copies=16 \
-      --json_out="$OUT/$name.json" "$@") >> "$OUT/log.txt" 2>&1
+      --json_out="$OUT/$name.json" --nosteady "$@") >> "$OUT/log.txt" 2>&1
   echo "   rc $? after $((SECONDS - start)) s" | tee -a "$OUT/log.txt"
 }
 FIVE=--feeds=raw,read,bucket,pack,bucket_alone,pack_alone

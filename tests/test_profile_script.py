@@ -158,3 +158,15 @@ def test_bench_steps_trains_the_same_steps_at_any_steps_per_execution(tmp_path):
     assert [r["steps_per_execution"] for r in rows] == [1, 8]
     assert rows[0]["steps"] == rows[1]["steps"] > 20
     assert all(r["steps_per_second"] > 0 for r in rows) and rows[0]["vs_first"] == 1.0
+
+
+def test_bench_scaling_splits_two_pass_lengths_into_a_steady_rate_and_a_start():
+    from scripts.bench_scaling import steady
+
+    # 3M tokens in 1.0 s and 12M in 2.5 s: the 9M between them took 1.5 s (6M tokens/s),
+    # so the short pass spent 0.5 s before delivering at that rate.
+    out = steady((3_000_000, 1.0), (12_000_000, 2.5))
+    assert out == {"short_real_tokens": 3_000_000, "short_seconds": 1.0,
+                   "steady_tokens_per_second": 6_000_000.0, "start_seconds": 0.5}
+    # A feed with no start: the rate of either pass.
+    assert steady((1_000, 0.5), (4_000, 2.0))["start_seconds"] == 0.0
