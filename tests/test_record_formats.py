@@ -204,6 +204,27 @@ def test_jsonl_rows_tricky_lines_and_four_kinds_of_bad_line_named(tmp_path):
         'caf\u00e9 "quoted"\\path', "\U0001F600 ok", "\u65e5\u672c\u8a9e"]
 
 
+def test_jsonl_bad_utf8_is_counted_as_invalid_utf8_and_a_raw_nul_as_malformed(tmp_path):
+    # Only the lines the JSON decoder fails are checked for UTF-8 (a line it accepts is valid
+    # UTF-8): the reasons stay what a check of every line gives.
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"label": "a", "text": "ok \xc3\xa9"}\n'
+                     b'{"label": "b", "text": "bad \xff byte"}\n'                # invalid byte
+                     b'{"label": "c", "text": "x", "meta": {"k": "\xc0\xaf"}}\n'  # overlong, nested
+                     b'{"label": "d", "text": "nul \x00 here"}\n'                # raw NUL
+                     b'{"label": "e", "text": "surrogate \xed\xa0\x80"}\n'      # encoded surrogate
+                     b'{"label": "f", "text": "\xe6\x97\xa5"}\n')
+    fmt = formats.row_format([str(path)], None, ["label", "text"], False,
+                             required=("label", "text"), allowed=("label", "text"))
+    counter = tfseq.DropCounter("j")
+    got = rows(formats.read_rows([str(path)], fmt, counter))
+    assert got == [{"label": "a", "text": "ok \u00e9"}, {"label": "f", "text": "\u65e5"}]
+    assert counter.drops() == {"empty_text": 0, "invalid_utf8": 3, "malformed": 1}
+    assert formats.drop_examples([str(path)], fmt) == [
+        f"{path}:2: invalid_utf8", f"{path}:3: invalid_utf8", f"{path}:4: malformed",
+        f"{path}:5: invalid_utf8"]
+
+
 @pytest.mark.slow
 def test_classify_on_jsonl_matches_the_same_rows_as_tsv(tmp_path):
     from tfseq.pipelines import classify

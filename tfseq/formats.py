@@ -675,6 +675,14 @@ class JsonLines(Format):
 
         return decode_fields(records, fmt.names, array_keys=fmt.names)
 
+    def bad_utf8(self, records, row, ok):
+        # A line decode_fields accepts is valid UTF-8 (its string literals admit only valid
+        # UTF-8, the rest of it only ASCII): only the lines it fails are checked, so the one
+        # full pass over every line is the decoder's own.
+        failed = tf.where(tf.logical_not(ok))
+        return tf.scatter_nd(failed, tf.logical_not(valid_utf8(tf.gather_nd(records, failed))),
+                             tf.shape(ok, out_type=tf.int64))
+
     def hold_out_keys(self, records, row, fmt):
         return _named_columns_key(row, fmt)
 
