@@ -461,7 +461,9 @@ def parse_rows(records: tf.Tensor, fmt: RowFormat, counter: DropCounter, *,
     checks.update(drop_checks(records, row, ok, fmt))
     with tf.control_dependencies([read]):
         keep = counter.keep_if(checks)
-    return {k: tf.boolean_mask(v, keep) for k, v in row.items()}
+    # Most batches keep every row: then the columns pass as they are (no copy of the text).
+    return tf.cond(tf.reduce_all(keep), lambda: dict(row),
+                   lambda: {k: tf.boolean_mask(v, keep) for k, v in row.items()})
 
 
 def read_rows(files: Sequence[str], fmt: RowFormat, counter: DropCounter, *,

@@ -296,17 +296,22 @@ def _block_lines(path: tf.Tensor, size: tf.Tensor, *, header: bool,
         # The last part is unfinished, unless it is the file's last line without a "\n".
         done = tf.where(tf.equal(index, num_blocks - 1) & tf.logical_not(ends_line), n, n - 1)
         lines = parts[:done]
+        state = (parts[n - 1], seen + tf.cast(done, tf.int64))
+        if not skip and shard is None:  # every line kept: no second copy of the block
+            return state, lines
         line_no = seen + tf.range(tf.cast(done, tf.int64)) - skip   # after the header
         keep = line_no >= 0
         if shard is not None:
             keep &= tf.equal(line_no % shard[0], shard[1])
-        return (parts[n - 1], seen + tf.cast(done, tf.int64)), tf.boolean_mask(lines, keep)
+        return state, tf.boolean_mask(lines, keep)
 
     plain = tf.autograph.experimental.do_not_convert
     return blocks.scan((tf.constant(""), tf.constant(0, tf.int64)), plain(split))
 
 
 def _strip_bom(line: tf.Tensor) -> tf.Tensor:
-    """tf.string of any shape -> the same without a leading UTF-8 BOM."""
+    """tf.string of any shape -> the same without a leading UTF-8 BOM (the lines are copied
+    only when one of them has one)."""
     has_bom = tf.equal(tf.strings.substr(line, 0, 3), _BOM)
-    return tf.strings.substr(line, tf.where(has_bom, 3, 0), tf.strings.length(line))
+    return tf.cond(tf.reduce_any(has_bom), lambda: tf.strings.substr(
+        line, tf.where(has_bom, 3, 0), tf.strings.length(line)), lambda: line)
