@@ -257,6 +257,7 @@ def run_child(files, copies):
     import tensorflow as tf
 
     import tfseq
+    from tfseq.scripts.pass_lengths import steady
 
     texts = tfseq.text_lines(files, batch_size=4096).map(
         lambda lines: _text_of(lines, FLAGS.field)).unbatch()
@@ -322,17 +323,6 @@ def run_child(files, copies):
             row["lines_per_second"] = lines / seconds
         rows.append(row)
     return rows
-
-
-def steady(short, long) -> dict:
-    """Two passes of one feed, ``(tokens, seconds)`` each, a short and a long one -> its rate
-    once running (the tokens between them over the seconds between them) and its start (what
-    the short pass took beyond its tokens at that rate: building the iterator's functions,
-    filling the first pool or part)."""
-    rate = (long[0] - short[0]) / max(long[1] - short[1], 1e-9)
-    return {"short_real_tokens": short[0], "short_seconds": round(short[1], 4),
-            "steady_tokens_per_second": rate,
-            "start_seconds": round(short[1] - short[0] / rate, 4)}
 
 
 def main(argv):

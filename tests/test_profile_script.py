@@ -161,7 +161,7 @@ def test_bench_steps_trains_the_same_steps_at_any_steps_per_execution(tmp_path):
 
 
 def test_bench_scaling_splits_two_pass_lengths_into_a_steady_rate_and_a_start():
-    from scripts.bench_scaling import steady
+    from tfseq.scripts.pass_lengths import steady
 
     # 3M tokens in 1.0 s and 12M in 2.5 s: the 9M between them took 1.5 s (6M tokens/s),
     # so the short pass spent 0.5 s before delivering at that rate.
