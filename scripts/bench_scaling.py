@@ -26,11 +26,11 @@ consumed in the graph (``Dataset.reduce``: no Python per batch), best of ``--rep
                  (over one copy of the files: it is ~30x slower).
 
 ``--steady`` (the default; needs ``--copies`` of 2 or more) also times each feed over a
-quarter of the copies: every pass is a new iterator,
-which builds its functions and fills its first pool or part before its first batch, so a
-short pass understates the rate a feed keeps up. From the two lengths each row gets
-``steady_tokens_per_second`` (the tokens between the passes over the seconds between them),
-``steady_vs_raw`` and ``start_seconds`` (the short pass' time beyond its tokens at that rate).
+quarter of the copies. Every pass is a new iterator, which builds its functions and fills its
+first pool or part before its first batch, so a short pass understates the rate a feed keeps
+up. From the two lengths each row gets ``steady_tokens_per_second`` (the tokens between the
+passes over the seconds between them), ``steady_vs_raw`` and ``start_seconds`` (the short
+pass' time beyond its tokens at that rate; ``scripts/pass_lengths.py``).
 
 ``--python_loop`` also consumes raw, bucket and pack in a Python loop (one op per batch: what a
 custom training loop pays). With several ``--parallel`` values the bucket and pack feeds run
