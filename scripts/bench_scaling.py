@@ -110,6 +110,11 @@ def _text_of(lines, field):
     return lines if field < 0 else tf.strings.split(lines, "\t").to_tensor("")[:, field]
 
 
+def short_copies() -> int:
+    """``--steady``'s short pass: a quarter of ``--copies``, at least 1."""
+    return max(1, FLAGS.copies // 4)
+
+
 def tokenize_calls():
     """``--tokenize_parallel`` as ``tokenize``'s ``num_parallel_calls`` (None: its default)."""
     value = FLAGS.tokenize_parallel
@@ -269,9 +274,8 @@ def run_child(files, copies):
     for name, (ds, count) in feeds.items():
         ds = ds.with_options(options)
         timers[name] = (ds, count)
-    short_copies = max(1, FLAGS.copies // 4)
-    if FLAGS.steady and short_copies < FLAGS.copies:
-        short = build_feeds(copies[:len(files) * short_copies], vocab, parallel)
+    if FLAGS.steady and short_copies() < FLAGS.copies:
+        short = build_feeds(copies[:len(files) * short_copies()], vocab, parallel)
         for name, (ds, count) in short.items():
             if name in timers and not name.startswith(("plain", "read")):
                 timers[name + " (short)"] = (ds.with_options(options), count)
@@ -302,6 +306,8 @@ def run_child(files, copies):
                     best[key] = (tokens, seconds, cpu)
     cores = len(os.sched_getaffinity(0))
     raw_rate = best["raw"][0] / best["raw"][1]
+    raw_steady = (steady(shorts["raw"], best["raw"])["steady_tokens_per_second"]
+                  if "raw" in shorts else None)
     lines = best["read"][0] if "read" in best else None  # lines per pass (all copies)
     rows = []
     for name, (tokens, seconds, cpu) in best.items():
@@ -315,9 +321,8 @@ def run_child(files, copies):
         row = {"cores": cores, "feed": name, "real_tokens": tokens,
                "seconds": round(seconds, 4), "tokens_per_second": tokens / seconds,
                "vs_raw": tokens / seconds / raw_rate, "cpu_ns_per_token": cpu / tokens * 1e9}
-        if name in shorts and "raw" in shorts:
+        if name in shorts and raw_steady:
             row.update(steady(shorts[name], (tokens, seconds)))
-            raw_steady = steady(shorts["raw"], best["raw"])["steady_tokens_per_second"]
             row["steady_vs_raw"] = row["steady_tokens_per_second"] / raw_steady
         if lines and not name.startswith("plain"):
             row["lines_per_second"] = lines / seconds
@@ -377,7 +382,7 @@ def main(argv):
         print(f"{feed:32s} " + " ".join(f"{cell:>24s}" for cell in cells))
     if any("steady_tokens_per_second" in row for row in rows):
         print("\nsteady M real tokens/s (x raw's steady rate) and start s, from passes of "
-              f"{FLAGS.copies} and {max(1, FLAGS.copies // 4)} copies")
+              f"{FLAGS.copies} and {short_copies()} copies")
         print(f"{'feed':32s} " + " ".join(f"{f'{c} cores':>24s}" for c in by_cores))
         for feed in feeds:
             cells = []
