@@ -23,6 +23,12 @@ bytes features). Every feed is consumed in the graph (``Dataset.reduce``), best 
 
 Targets (issue: many sources): jsonl >= 0.5x tsv, tfrecord >= tsv, mix of 3 >= 0.9x one.
 The sharded rows are held against the sharded TSV.
+
+``--steady`` (the default; needs ``--copies`` of 2 or more) also times the bucket feeds over a
+quarter of the copies, in the same round robin, and splits each into a steady rate and a start
+(as ``bench_scaling.py --steady`` does: each pass builds its iterator again, and the mixture
+builds three read pipelines, three chunking ``scan``s and the merge): the bucket rows get
+``steady_rate``, ``steady_ratio`` (against one source's steady rate) and ``start_seconds``.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ flags.DEFINE_integer("repeats", 3, "Timed passes per feed (best kept), round rob
 flags.DEFINE_integer("max_tokens", 8192, "Token budget per batch (bucket feeds).")
 flags.DEFINE_list("feeds", ["read", "bucket"], "Which groups of feeds to run: read, bucket.")
 flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
+flags.DEFINE_boolean("steady", True, "Also time the bucket feeds over a quarter of the copies "
+                     "and split their time into a steady rate and a start.")
 
 
 def corpus_rows() -> list[tuple[str, str]]:
@@ -62,6 +70,32 @@ def corpus_rows() -> list[tuple[str, str]]:
 
 
 SHARDS = 8
+
+
+def short_copies() -> int:
+    """``--steady``'s short pass: a quarter of ``--copies``, at least 1."""
+    return max(1, FLAGS.copies // 4)
+
+
+def write_tsv(out_dir: str, rows, copies: int) -> dict[str, str]:
+    """The bucket feeds' files: ``rows.tsv`` and its thirds, ``copies`` times each."""
+    path = os.path.join(out_dir, "rows.tsv")
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(copies):
+            f.writelines(f"{label}\t{text}\n" for label, text in rows)
+    return {"tsv": path, **write_thirds(out_dir, rows, copies)}
+
+
+def write_thirds(out_dir: str, rows, copies: int) -> dict[str, str]:
+    """Three TSV files of a third of the rows each, ``copies`` times (the mixture's sources)."""
+    paths = {}
+    for i in range(3):
+        paths[f"third{i}"] = os.path.join(out_dir, f"third{i}.tsv")
+        with open(paths[f"third{i}"], "w", encoding="utf-8") as f:
+            for _ in range(copies):
+                for label, text in rows[i * len(rows) // 3:(i + 1) * len(rows) // 3]:
+                    f.write(f"{label}\t{text}\n")
+    return paths
 
 
 def write_files(out_dir: str, rows) -> dict[str, str]:
@@ -96,27 +130,26 @@ def write_files(out_dir: str, rows) -> dict[str, str]:
                 with tf.io.TFRecordWriter(shard) as w:
                     for record in records[i::SHARDS]:
                         w.write(record)
-    for i in range(3):
-        paths[f"third{i}"] = os.path.join(out_dir, f"third{i}.tsv")
-        with open(paths[f"third{i}"], "w", encoding="utf-8") as f:
-            for _ in range(FLAGS.copies):
-                for label, text in rows[i * len(rows) // 3:(i + 1) * len(rows) // 3]:
-                    f.write(f"{label}\t{text}\n")
-    return paths
+    return {**paths, **write_thirds(out_dir, rows, FLAGS.copies)}
 
 
-def build_feeds(paths, total_rows):
-    """name -> (dataset, count): count maps an element to what the rate counts (int64)."""
-    import tensorflow as tf
-
+def read(path, kind, in_order=True):
+    """``formats.read_rows`` of ``path`` (a file or a list): ``{label, text}`` rows."""
     import tfseq
     from tfseq import formats
 
-    def read(path, kind, in_order=True):
-        files = path if isinstance(path, list) else [path]
-        fmt = formats.row_format(files, kind, ["label", "text"], False,
-                                 required=("label", "text"), allowed=("label", "text"))
-        return formats.read_rows(files, fmt, tfseq.DropCounter(kind), in_order=in_order)
+    files = path if isinstance(path, list) else [path]
+    fmt = formats.row_format(files, kind, ["label", "text"], False,
+                             required=("label", "text"), allowed=("label", "text"))
+    return formats.read_rows(files, fmt, tfseq.DropCounter(kind), in_order=in_order)
+
+
+def build_feeds(paths, total_rows):
+    """name -> (dataset, count): count maps an element to what the rate counts (int64);
+    and the vocabulary the bucket feeds tokenize with."""
+    import tensorflow as tf
+
+    import tfseq
 
     rows = lambda b: tf.size(b["text"], out_type=tf.int64)  # noqa: E731
     feeds = {f"read {kind}": (read(paths[kind], kind), rows)
@@ -127,6 +160,15 @@ def build_feeds(paths, total_rows):
     texts = [t.decode() for t in read(paths["tsv"], "tsv").map(lambda b: b["text"]).unbatch()
              .take(20000).as_numpy_iterator()]
     vocab = tfseq.Vocab.build(tf.data.Dataset.from_tensor_slices(texts), min_count=1)
+    feeds.update(bucket_feeds(paths, total_rows, vocab))
+    return feeds, vocab
+
+
+def bucket_feeds(paths, total_rows, vocab):
+    """The two bucket feeds over ``paths``' TSV and its thirds: name -> (dataset, count)."""
+    import tensorflow as tf
+
+    import tfseq
 
     def tokenized(path):
         return read(path, "tsv").map(lambda b: b["text"]).apply(tfseq.tokenize(vocab))
@@ -136,7 +178,7 @@ def build_feeds(paths, total_rows):
                                                seed=0, counter=tfseq.DropCounter()))
 
     real = lambda b: tf.reduce_sum(tf.cast(b["ids_length"], tf.int64))  # noqa: E731
-    feeds["bucket, one source"] = (bucket(tokenized(paths["tsv"])), real)
+    feeds = {"bucket, one source": (bucket(tokenized(paths["tsv"])), real)}
     thirds = [tokenized(paths[f"third{i}"]) for i in range(3)]
     sizes = [sum(1 for _ in open(paths[f"third{i}"], encoding="utf-8")) for i in range(3)]
     mixed = tfseq.mix(thirds, sizes=sizes, seed=0)
@@ -150,25 +192,33 @@ def main(argv):
     import tensorflow as tf
 
     import tfseq
+    from tfseq.scripts.pass_lengths import steady
 
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench_sources_") as tmp:
         rows = corpus_rows()
         paths = write_files(tmp, rows)
         sizes = {k: os.path.getsize(p) for k, p in paths.items() if isinstance(p, str)}
-        feeds = build_feeds(paths, len(rows) * FLAGS.copies)
+        feeds, vocab = build_feeds(paths, len(rows) * FLAGS.copies)
+        shorts = {}
+        if FLAGS.steady and "bucket" in FLAGS.feeds and short_copies() < FLAGS.copies:
+            os.makedirs(os.path.join(tmp, "short"))
+            short_paths = write_tsv(os.path.join(tmp, "short"), rows, short_copies())
+            shorts = bucket_feeds(short_paths, len(rows) * short_copies(), vocab)
         options = tfseq.pipeline_options()
-        best = {}
+        best, best_short = {}, {}
         for _ in range(FLAGS.repeats):
-            for name, (ds, count) in feeds.items():
+            for name, (ds, count), into in (
+                    [(n, f, best) for n, f in feeds.items()] +
+                    [(n, f, best_short) for n, f in shorts.items()]):
                 if name.split(" ")[0].rstrip(",") not in FLAGS.feeds:
                     continue
                 ds = ds.with_options(options)
                 start = time.perf_counter()
                 n = int(ds.reduce(tf.constant(0, tf.int64), lambda a, b, c=count: a + c(b)))
                 seconds = time.perf_counter() - start
-                if name not in best or seconds < best[name][1]:
-                    best[name] = (n, seconds)
+                if name not in into or seconds < into[name][1]:
+                    into[name] = (n, seconds)
     rate_of = lambda name: best[name][0] / best[name][1] if name in best else None  # noqa
     tsv_rate, one_rate = rate_of("read tsv"), rate_of("bucket, one source")
     sharded_rate = rate_of(f"read tsv, {SHARDS} shards")
@@ -182,6 +232,22 @@ def main(argv):
         results[name] = {"count": n, "unit": unit, "seconds": round(seconds, 4),
                          "rate": rate, "ratio": rate / base}
         print(f"{name:26s} {n:>10d} {seconds:>8.3f} {rate / 1e6:>11.3f} {rate / base:>7.2f}")
+    if best_short:
+        for name in best_short:
+            split = steady(best_short[name], best[name])
+            results[name].update(
+                short_count=split["short_real_tokens"], short_seconds=split["short_seconds"],
+                steady_rate=split["steady_tokens_per_second"],
+                start_seconds=split["start_seconds"])
+        print(f"\nsteady rate (from passes of {FLAGS.copies} and {short_copies()} copies) "
+              "and start")
+        print(f"{'feed':26s} {'steady (M/s)':>13s} {'ratio':>7s} {'start (s)':>10s}")
+        one_steady = results["bucket, one source"]["steady_rate"]
+        for name in best_short:
+            row = results[name]
+            row["steady_ratio"] = row["steady_rate"] / one_steady
+            print(f"{name:26s} {row['steady_rate'] / 1e6:>13.3f} {row['steady_ratio']:>7.2f} "
+                  f"{row['start_seconds']:>10.2f}")
     results["file_bytes"] = {k: v for k, v in sizes.items() if not k.startswith("third")}
     if FLAGS.json_out:
         os.makedirs(os.path.dirname(FLAGS.json_out) or ".", exist_ok=True)

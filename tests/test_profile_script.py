@@ -80,19 +80,26 @@ def test_bench_scaling_feeds_deliver_the_same_real_tokens_at_any_parallelism(tmp
 
 @pytest.mark.slow
 def test_bench_sources_reads_the_same_rows_in_every_format(tmp_path):
-    # The embedded corpus' rows once as TSV, JSON Lines and TFRecord (and in 8 shards of
+    # The embedded corpus' rows twice as TSV, JSON Lines and TFRecord (and in 8 shards of
     # TSV and of TFRecord, read in parallel): every reader gives the same rows (18 of the
     # 62,204 have an empty text), and the mixture of the three thirds buckets at least the
-    # one source's real tokens (its last block runs past them).
-    run_script("bench_sources.py", "--copies=1", "--repeats=1",
+    # one source's real tokens (its last block runs past them). --steady times the bucket
+    # feeds over one copy too: one source's short pass has exactly half its tokens.
+    run_script("bench_sources.py", "--copies=2", "--repeats=1",
                f"--json_out={tmp_path / 's.json'}")
     report = json.loads((tmp_path / "s.json").read_text())
     assert {report[f"read {k}"]["count"] for k in ("tsv", "jsonl", "tfrecord",
                                                    "tsv, 8 shards", "tfrecord, 8 shards")
-            } == {62_186}
+            } == {2 * 62_186}
     one, mixed = report["bucket, one source"], report["bucket, mix of 3"]
-    assert mixed["count"] >= one["count"] > 1_000_000
+    assert mixed["count"] >= one["count"] > 2_000_000
     assert all(report[k]["rate"] > 0 for k in report if k != "file_bytes")
+    assert 2 * one["short_count"] == one["count"]
+    assert mixed["short_count"] >= one["short_count"]
+    assert one["steady_ratio"] == 1.0
+    for row in (one, mixed):
+        assert row["steady_rate"] > 0 and row["short_seconds"] > 0
+        assert row["start_seconds"] <= row["short_seconds"]
 
 
 @pytest.mark.slow
