@@ -26,7 +26,7 @@ demo: $(STAMP)
 # `worksteal` hands a long test's queue to an idle worker. From a fresh clone on 2 cores,
 # `.ci/run` took 1,583-1,592 s: `make test` 520-524 s, `make test-slow` 1,016-1,021 s; on a
 # day the machine ran ~35-60% slower (2026-11-27, night) 2,254 s: 868 s and 1,311 s;
-# on 2026-11-28 2,500 s: 769 s and 1,654 s.
+# on 2026-11-28 2,500 s: 769 s and 1,654 s; later that day 2,361 s: 801 s and 1,498 s.
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0)) + 1))")
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15
 test: $(STAMP)
