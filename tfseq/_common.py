@@ -150,7 +150,7 @@ def unbatch(batched: tf.data.Dataset) -> tf.data.Dataset:
 def pipeline_options() -> tf.data.Options:
     """``tf.data.Options`` for tfseq pipelines: ``map_fusion`` on (off by default in
     ``tf.data``), so consecutive vectorized steps (field split, cleaning, tokenizing) run as
-    one function per batch. Measured on the benchmark pipeline: ~11% less CPU. Apply with
+    one function per batch and pay a ``tf.data`` step's fixed cost once. Apply with
     ``ds.with_options(tfseq.pipeline_options())``; options set later override these."""
     options = tf.data.Options()
     options.experimental_optimization.map_fusion = True
@@ -174,13 +174,12 @@ def lazy_cond(pred: tf.Tensor, true_fn: Callable, false_fn: Callable):
 
     Inside a graph ``tf.cond`` is lowered: both branches are inlined into the caller. tf.data
     instantiates every function of a pipeline again for each new iterator (each epoch of
-    ``model.fit``) and runs Grappler over it, at about 0.2 ms per node, so a large branch costs
-    that every epoch even if it rarely runs. Kept as a functional ``If`` op, the branches are
-    left out of that pass and instantiated as plain functions when the ``If`` first runs
-    (measured on ``pack``'s split path: a new iterator in 0.58 s instead of 0.84 s). Use it for
-    large branches of functions that run a few times per pass: each call of an ``If`` costs a
-    function call (~12 us), and its branches are not optimized with the caller. Outside a
-    graph it is ``tf.cond``.
+    ``model.fit``) and runs Grappler over it, at a cost per node, so a large branch costs that
+    every epoch even if it rarely runs. Kept as a functional ``If`` op, the branches are left
+    out of that pass and instantiated as plain functions when the ``If`` first runs (``pack``'s
+    split path). Use it for large branches of functions that run a few times per pass: each
+    call of an ``If`` costs a function call, and its branches are not optimized with the
+    caller. Outside a graph it is ``tf.cond``.
     """
     if tf.executing_eagerly():
         return tf.cond(pred, true_fn, false_fn)
@@ -250,8 +249,8 @@ def traced_as_written():
     are traced as written, without AutoGraph's source conversion.
 
     tfseq's data functions branch only on Python values (every data-dependent choice is a tf
-    op), so the conversion changes nothing but costs: ~5 s of a training binary's start, spent
-    transforming the source of every function a pipeline maps (measured on a classify run).
+    op), so the conversion changes nothing but costs seconds of a training binary's start,
+    spent transforming the source of every function a pipeline maps.
     Functions that do need AutoGraph can still ask for it (``tf.autograph.to_graph``).
     """
     try:

@@ -36,7 +36,7 @@ import tensorflow as tf
 
 from tfseq._pack_layout import PackLayout, exclusive_cumsum, lay_out
 
-# Inside a part, the pool takes this many examples per step (256 and 512 measured the same).
+# Inside a part, the pool takes this many examples per step.
 _CHUNK_SIZE = 1024
 
 # Rounds of gap filling per build (each places at most one example per row); later rounds

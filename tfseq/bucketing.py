@@ -47,16 +47,11 @@ Worked example: lengths 1..10 in this order, ``boundaries=[3, 7, 11]``, ``max_to
   pad_to_boundary,        [8 9]    [10 4]    [5 6 7]  [1 2 3]
     max_tokens=22         [2, 11]  [2, 11]   [3, 7]   [3, 3]
 
-Why this design (measured with ``scripts/bench_batching.py``, ``max_tokens=8192``,
-``max_length=512``; tables in ``docs/bucketing.md``): ``group_by_window`` bucketing sizes rows
-by the bucket's upper bound and leaves a part-filled batch in every bucket at the end of an
-epoch; with ~100 full batches per epoch on the embedded corpus that costs ~20% of the steps
-(step efficiency 0.80 for OpenNMT-tf-style width-8 buckets, 0.82 for ``tf.data``'s
-``bucket_by_sequence_length``). Sorting a pool instead approaches a global sort (fairseq's
-``batch_by_size``) while the pool bounds memory and the batch order stays random. Step
-efficiency grows with the pool: on the embedded corpus 0.91 / 0.94 / 0.96 / 0.98 at
-W = 4096 / 8192 / 16384 / 32768 (the default); on a synthetic power-law corpus (median 8,
-max 512) 0.77 / 0.85 / 0.91 / 0.95.
+Why this design: ``group_by_window`` bucketing sizes rows by the bucket's upper bound and
+leaves a part-filled batch in every bucket at the end of an epoch, which costs a corpus of ~100
+batches an epoch ~20% of its steps. Sorting a pool instead approaches a global sort (fairseq's
+``batch_by_size``) while the pool bounds memory and the batch order stays random; larger pools
+sort better (docs/benchmarks.md#batching-step-and-padding-efficiency).
 
 Batches keep the element contract: each sequence feature becomes int ``[B, T]`` padded with 0
 plus ``"<name>_length"`` int32 ``[B]``; scalar features become ``[B]``. The length used for
@@ -91,6 +86,8 @@ from tfseq._common import (LENGTH_SUFFIX, Transform, batch_lengths, check_positi
 from tfseq._pools import PoolLists, check_pool, fill_pools
 from tfseq.stats import DropCounter, resolve_counter
 
+# Pools of 256 budgets (DEFAULT_POOL_BUDGETS) batch nearly as well as a global sort:
+# see docs/benchmarks.md#batching-step-and-padding-efficiency
 DEFAULT_POOL_SIZE = 32768      # examples per pool with a fixed batch_size
 DEFAULT_POOL_BUDGETS = 256     # budgets' worth of tokens per pool with max_tokens
 _EXAMPLES_PER_CHUNK = 256      # per-example input is batched this much before pooling

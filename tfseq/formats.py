@@ -60,6 +60,7 @@ from tfseq.stats import DropCounter
 
 PAIR = "pair"  # records of two line-aligned files (``read_aligned``); not a --format
 TEXT_COLUMNS = ("text", "source", "target", "tokens", "token")
+# 1,024 records a read batch: see docs/benchmarks.md#input-pipeline-throughput
 READ_BATCH = 1024  # records per batch on the vectorized path (512: ~6-15% less throughput)
 _FIELD_SEPARATOR = "\n"  # between a CoNLL sentence's or a line pair's fields (never in a line)
 _CONLL_BATCH = 4096      # lines grouped into sentences per step

@@ -10,80 +10,30 @@ Shapes: n = lines in a batch, K = number of keys, F = JSON tokens in the whole b
     {"tokens": "EU rejects", "tags": ["B-ORG", "O"]}   ->  tags "B-ORG O" (``array_keys``)
     [1, 2]   /   {"text": 3}   /   {"text": "ab        ->  ok False, every field ""
 
-How, for the whole batch at once (no Python and no ``tf.py_function`` per line): most lines
-take a fast path, the others the full path (steps 1-5), and both give the same values and ok
-(the tests compare them on every line they have).
+How, for the whole batch at once (no Python and no ``tf.py_function`` per line). Both paths
+give the same values and ok (the tests compare them on every line they have):
 
-0. *Fast path for flat objects.* A line is *flat* if it is ``{``, ``"key": value`` pairs
-   separated by ``,``, ``}``, each value a string, a number or ``true false null NaN Infinity
-   -Infinity`` (no object, no array), with whitespace wherever JSON allows it and strings as
-   step 1 admits them (valid escapes, valid UTF-8, no raw control character). One
-   ``regex_full_match`` of that grammar with backslash-free strings finds most flat lines; a
-   second one, with escapes, checks only the lines the first rejects. ``json.loads`` and the
-   full path accept every flat line. Cut at every ``"`` (``tf.strings.split``, memchr fast),
-   a flat line's pieces are alternately structure and string contents, except that a piece
-   ending with an odd run of backslashes is followed by an escaped quote: such pieces are
-   joined again with the next one (only in batches that have one), which gives *tokens*. A
-   content token is a key iff the structure after it starts with ``:``, and its value is a
-   string iff that structure is ``:`` alone (the value is then the next token); contents are
-   compared with the requested keys' spellings (lengths first) and the last occurrence of
-   each key wins. So a key's text inside a string is never a key (it is not a whole token),
-   a key that is missing or whose last occurrence holds a number, ``true``... fails the line,
-   and only values in lines with a backslash are unescaped (step 5). Fields are gathered
-   straight from the tokens. The lines that are not flat (nested values, arrays, invalid
-   JSON, anything else) go through steps 1-5 on their own (a ``tf.cond`` skips them when
-   there are none) and are scattered back into place.
-
-The full path:
-
-1. *Lex.* One ``tf.strings.regex_replace`` puts a NUL before every JSON token (a string
-   literal, one of ``{ } [ ] : ,``, a run of literal characters, each with the whitespace after
-   it) and ``tf.strings.split`` cuts there. The string pattern admits only valid escapes and
-   valid UTF-8 without raw control characters; last-resort alternatives match any other single
-   character or byte, so an unterminated string, a stray quote or backslash, a raw control
-   character (NUL included) or invalid UTF-8 leaves a token that is no valid token (a lone
-   ``"``, a lone byte, an empty token) and fails the line. (``regex_replace`` finds whole
-   matches with RE2's DFA; ``tensorflow_text.regex_split`` needs a capture group, ~2.5x slower.)
-2. *Nest.* Each token's depth is a cumulative sum of +1 (opener) / -1 (closer) over the flat
-   tokens, rebased per line. A stable sort of the tokens by (line, level) lines up every
-   container as ``opener, its direct content, closer``, which gives each closer its opener
-   and each token its container type (object, array, none).
-3. *Validate.* From its kind and container each token gets a grammar role (``{``, ``[``,
-   key, ``:``, an object's ``,``, an array's ``,``, end of a value, error: a closer of the
-   wrong type, ``:`` outside an object, a bad literal...), and a table says which kinds of
-   token may follow each role: ``{`` a key or ``}``, a key ``:``, ``:`` and ``[`` a value
-   (``[`` also ``]``), a value ``,`` or a closer, ``,`` a key (object) or a value (array).
-   Literals must be JSON numbers or ``true false null`` (or Python's ``NaN Infinity
-   -Infinity``). The line must be one object: it opens with ``{`` and depth first returns to
-   0 at its last token. Together this is JSON's grammar, so a line is accepted iff
-   ``json.loads`` accepts it (exceptions below).
-4. *Extract.* A key at depth 1 (directly in the top object) whose raw text equals a requested
-   key names the value two tokens on; the last occurrence wins, as in ``json.loads``. A string
-   value is one *piece*; for an ``array_keys`` key an array's direct elements are its pieces
-   (a non-string element fails the line).
-5. *Unescape.* Pieces without a backslash pass through. The others are cut at every
-   backslash (``split`` again): a backslash starts an escape unless it is the second one of
-   ``\\\\`` (it follows an odd run of empty pieces), and the piece after an escape's backslash
-   holds the rest of the escape, then plain text. Each escape becomes a code point (a table
-   for ``\\n``-style escapes, hex arithmetic on the bytes of ``\\uXXXX``), a high surrogate
-   followed by a low one becomes one code point, a lone surrogate fails the line, and
-   ``tf.strings.unicode_encode`` writes the code points as UTF-8. ``unsorted_segment_join``
-   joins each field's pieces (with a space for arrays).
-
-Cost, measured on 2 shared CPU cores: a ``tf.data`` map over cached batches of 1024 lines
-``{"label": book, "text": verse}`` (the KJV and Reina-Valera 1909 verses of ``tfseq/data``,
-~160 bytes), consumed by ``Dataset.reduce``, best of 3, per batch once running:
-
-- raw UTF-8 (``json.dumps(..., ensure_ascii=False)``: every line flat, almost no backslash):
-  ~0.9-1.3M lines/s, 4-5x the time of ``tf.strings.split`` of the same rows as TSV (the
-  full path alone: ~0.3M lines/s). The two regexes and the cut at quotes are most of it.
-- ``ensure_ascii=True`` (``\\u00e9``-style escapes in half the lines, ~5 in a Spanish one):
-  ~0.45-0.55M lines/s (full path: ~0.2-0.3M); unescaping is most of it.
-
-Each new iterator also pays ~0.25 s once: TensorFlow instantiates and optimizes the graph of
-both paths (~1300 nodes; the full path alone costs ~0.16-0.2 s). A pass over 62k lines thus
-runs at ~0.23M lines/s end to end (the full path alone: ~0.2M), one over 400k lines at
-~0.6-0.75M (full path: ~0.29M).
+0. *Fast path for flat objects* (``{"key": value, ...}`` whose values are strings, numbers or
+   literals): two ``regex_full_match`` of that grammar (without, then with, backslashes) find
+   them; cut at every ``"`` (``tf.strings.split``, memchr fast) their pieces alternate
+   structure and string contents, which gives keys and string values directly
+   (``_decode_flat``). The other lines take steps 1-5, skipped by a ``tf.cond`` when none.
+1. *Lex* (``_lex``): one ``regex_replace`` puts a NUL before every JSON token and ``split``
+   cuts there. The string pattern admits only valid escapes and valid UTF-8 without raw
+   control characters; anything else leaves an invalid token that fails the line.
+   (``regex_replace`` uses RE2's DFA; ``tensorflow_text.regex_split`` would need a capture
+   group, and is slower.)
+2. *Nest* (``_container_kinds``): depths are a cumulative sum of +1 / -1 over the tokens; a
+   stable sort by (line, level) lines up each container as opener, direct content, closer.
+3. *Validate* (``_analyse``): each token's grammar role (from its kind and container) allows
+   some kinds of next token, a table of JSON's grammar; the line must be one object. So a line
+   is accepted iff ``json.loads`` accepts it (exceptions below).
+4. *Extract* (``_extract``): a key at depth 1 equal to a requested key names the value two
+   tokens on; the last occurrence wins, as in ``json.loads``. For ``array_keys`` an array's
+   direct string elements are its pieces (any other element fails the line).
+5. *Unescape* (``_unescape``): pieces with a backslash are cut at each escape, escapes become
+   code points (surrogate pairs joined, a lone surrogate fails the line) and
+   ``unicode_encode`` writes UTF-8; ``unsorted_segment_join`` joins each field's pieces.
 
 Differences from ``json.loads`` (the tests cross-check everything else against it):
 

@@ -12,14 +12,11 @@ in exactly one lane, so a pass has every element exactly once whenever each lane
 K is configuration, not the core count: with a batching stage inside the lanes it changes the
 batches (each lane pools only its own files). With K = 1 the result is ``build(files, 0)``.
 
-Where lanes pay (``scripts/bench_scaling.py --lanes``, docs/benchmarks.md): reading and
-tokenizing. On a 16-core machine (47.9M real tokens a pass, in-graph) ``text_lines`` +
-``tokenize`` in 4 lanes gave 30.9 and 37.4M tokens/s against 15.8 and 20.2M for one chain, at
-the same CPU per token (226-228 ns against 234-241). Bucketing or packing *inside* each lane
-was slower than one batching stage (bucket 12.6-14.8M in 4 lanes, 3.5M in 16, against 26.1-26.6M
-for one chain; the cores sat idle, likely because each lane's pools fill and drain in turn
-and the fixed merge order waits for the slowest lane). So: read and tokenize in lanes, batch
-once after the merge::
+Where lanes pay: reading and tokenizing, which on many cores run faster in a few lanes than in
+one chain at the same CPU per token (docs/benchmarks.md#lanes). Bucketing or packing *inside*
+each lane is slower than one batching stage: each lane's pools fill and drain in turn, and the
+fixed merge order waits for the slowest lane. So: read and tokenize in lanes, batch once after
+the merge::
 
     def read(files, index):
         del index
@@ -77,8 +74,8 @@ def merge_lanes(lanes: Sequence[tf.data.Dataset], *,
         if lane.element_spec != spec:
             raise ValueError(f"lane {i} has element spec {lane.element_spec}, lane 0 has "
                              f"{spec}: every lane must build the same kind of elements")
-    # choose_from_datasets, not a parallel interleave of the lanes: in an A/B on 2 cores a
-    # bucketing stage after an interleave merge ran at 0.52x the raw feed, after this at 0.88x.
+    # choose_from_datasets, not a parallel interleave of the lanes: a bucketing stage after an
+    # interleave merge runs markedly slower.
     turns = tf.data.Dataset.range(len(lanes)).repeat()
     return tf.data.Dataset.choose_from_datasets(
         [lane.prefetch(buffer) for lane in lanes], turns, stop_on_empty_dataset=False)

@@ -280,7 +280,7 @@ def mix_with(mixture: Mixture, sources: Sequence[tf.data.Dataset], *,
 def _rechunk(batches: tf.data.Dataset, size: int) -> tf.data.Dataset:
     """Ragged batches of any sizes -> batches of exactly ``size`` examples, in order (a
     ``scan`` carrying the rows short of a whole chunk; ``Dataset.rebatch`` goes one example at
-    a time on ragged features, ~6x the cost per token)."""
+    a time on ragged features)."""
     spec = batches.element_spec
 
     def parts(batch):  # scan state holds plain tensors: (values, row lengths) per ragged

@@ -126,9 +126,9 @@ def text_lines(patterns, *, compression: str | None = None, shuffle_files: bool 
         one file instead of single lines (files are then interleaved batch by batch). Every
         vectorized stage (``filter_lines``, ``tokenize``) keeps the batches, and
         ``bucket_by_length``/``pack`` take them whole: the fast path, with no tf.data call per
-        line (see "Input pipeline throughput" in docs/benchmarks.md). Plain (uncompressed)
-        files are then read in blocks of 1 MiB that are split into lines in the graph (~1.4x
-        the line reader's rate, the same batches); gzip files go through the line reader.
+        line (docs/benchmarks.md#input-pipeline-throughput). Plain (uncompressed)
+        files are then read in blocks of 1 MiB that are split into lines in the graph (faster
+        than the line reader, the same batches); gzip files go through the line reader.
         The blocks are cut from each file's size when the dataset is built: files must not
         change while they are read.
       header: skip the first line of every file (a header row).

@@ -249,8 +249,9 @@ class ResumableStream:
       token_keys: the sequence features whose real tokens and cells ``meta`` counts (the
         model's inputs); default every padded or packed sequence feature of the batch.
       encode_calls: read batches encoded at once; default ``tf.data.AUTOTUNE``. Speed only
-        (a deterministic map). On 16 cores AUTOTUNE gave a tokenize map that feeds the
-        consumer directly ~3 cores (docs/benchmarks.md); a fixed count is the knob to try.
+        (a deterministic map). On many cores AUTOTUNE gives a tokenize map that feeds the
+        consumer directly few threads (docs/benchmarks.md#16-core-machine); a fixed count is
+        the knob to try.
     """
 
     def __init__(self, shards: RecordShards, encode: Callable, batcher, *, counter: DropCounter,

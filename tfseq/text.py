@@ -513,14 +513,13 @@ class _WhitespaceTokenizer:
       ``"a"`` (and ``<unk>`` once ``Vocab.build`` has decoded it to ``"a\\ufffd"``).
       Multi-byte spaces become ASCII spaces first (``ascii_spaces``), which splits the same
       places and gives ``[b"a", b"b"]``. Cost: nothing on ASCII lines beyond one length
-      count; a regex pass over the others (per 1,024 lines in a ``tf.data`` map, CPU: English
-      verses 1.71 -> 1.85 ms, Spanish 1.64 -> 2.19 ms, against the public tokenizer).
+      count; a regex pass over the others.
     - No ragged validation on ``tf.string [B]``: the kernel's row splits build the
       ``[B, (T)]`` result with ``validate=False``. The public ``tokenize`` also builds the
       offsets it drops and checks all three ragged results: 9 assertion ``If`` ops that run on
-      every call (they are stateful, so a graph keeps them), about 0.1 ms per batch in a
-      ``tf.data`` map. Other ranks, or a ``tensorflow_text`` without the kernel's Python
-      binding, use the public method (after the same space fix).
+      every call (they are stateful, so a graph keeps them). Other ranks, or a
+      ``tensorflow_text`` without the kernel's Python binding, use the public method (after
+      the same space fix).
     """
 
     def __init__(self):
