@@ -34,7 +34,7 @@ setup(
     packages=find_packages(include=["tfseq", "tfseq.*"]) + sorted(MAPPED),
     package_dir=MAPPED,
     package_data={"tfseq": ["data/*.gz", "data/README.md"]},
-    entry_points={"console_scripts": [f"{command}=tfseq.scripts.{module}:run"
+    entry_points={"console_scripts": [f"{command}=tfseq.scripts:launch_{module}"
                                       for command, module in COMMANDS.items()]},
     python_requires=">=3.10",
     install_requires=[

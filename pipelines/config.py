@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfseq.batching import MODES, Batching
+from tfseq.batching import Batching, mode_of
 from tfseq.errors import InputError
 
 LONG_EXAMPLES = ("truncate", "drop")
@@ -66,8 +66,7 @@ class TextConfig:
 
     def check(self) -> None:
         """Raises ``InputError`` on a value no run can use, naming it."""
-        if self.batching not in MODES:
-            raise InputError(f"Unknown batching {self.batching!r}; expected one of {MODES}")
+        mode_of(self.batching)
         if self.long_examples not in LONG_EXAMPLES:
             raise InputError(f"long_examples must be one of {LONG_EXAMPLES}; received "
                              f"{self.long_examples!r}")
@@ -116,36 +115,18 @@ class GenerativeConfig(TextConfig):
 
 def batching_of(config: TextConfig, *, longest: int, aligned=(), pack_split: bool = False,
                 block_length=None) -> Batching:
-    """The ``Batching`` a config asks for. ``longest``: the longest example the task's
-    encoding emits (its budgets must hold one); ``aligned``: per-token targets packed with
-    their input; ``pack_split``: split examples longer than a (single) row length across rows
-    instead of truncating (lm).
+    """The ``Batching`` a config asks for (``Batching.for_examples``). ``longest``: the longest
+    example the task's encoding emits (its budgets must hold one); ``aligned``: per-token
+    targets packed with their input; ``pack_split``: split examples longer than a (single)
+    row length across rows instead of truncating (lm).
 
     Raises:
       InputError: a budget that cannot hold one example of ``longest`` tokens, or row lengths
         whose longest is shorter than that (naming the values).
     """
-    block = config.block_length if block_length is None else block_length
-    if isinstance(block, (list, tuple)):
-        block = tuple(sorted(set(int(b) for b in block)))
-        block = block[0] if len(block) == 1 else block
-    if config.batching == "bucket" and config.max_tokens < longest:
-        raise InputError(f"max_tokens={config.max_tokens} cannot hold one example of "
-                         f"{longest} tokens (max_length); raise max_tokens or lower max_length")
-    long_examples = "truncate"
-    if config.batching == "pack":
-        widest = block if isinstance(block, int) else max(block)
-        if config.max_tokens < widest:
-            raise InputError(f"max_tokens={config.max_tokens} is smaller than one packed row "
-                             f"of {widest} tokens (block_length)")
-        if widest < longest:
-            if not (pack_split and isinstance(block, int)):
-                raise InputError(f"block_length={block}: the longest row is shorter than an "
-                                 f"example may be ({longest} tokens); add a longer row, or "
-                                 "lower max_length")
-            long_examples = "split"
-    return Batching(config.batching, batch_size=config.batch_size, max_tokens=config.max_tokens,
-                    max_length=longest, block_length=block, max_segments=config.max_segments,
-                    boundaries=tuple(b for b in config.boundaries if b <= longest),
-                    long_examples=long_examples, aligned=tuple(aligned),
-                    static_shapes=bool(getattr(config, "jit_compile", False)))
+    return Batching.for_examples(
+        config.batching, longest=longest, pack_split=pack_split,
+        block_length=config.block_length if block_length is None else block_length,
+        boundaries=config.boundaries, batch_size=config.batch_size,
+        max_tokens=config.max_tokens, max_segments=config.max_segments,
+        aligned=tuple(aligned), static_shapes=bool(getattr(config, "jit_compile", False)))

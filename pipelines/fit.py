@@ -13,6 +13,7 @@ order.
 
 from __future__ import annotations
 
+import warnings
 from typing import Sequence
 
 import tensorflow as tf
@@ -50,8 +51,12 @@ def training_pipeline(files, vocab: Vocab, *, task: str = "classify",
       max_length: tokens per example; ``long_examples="truncate"`` cuts longer ones (seen
         ``truncated``), ``"drop"`` drops them (``too_long``).
       tokenizer, lowercase: as in ``tfseq.tokenize``.
-      training: the shuffled stream (seeded by ``seed``, a new order each pass); else every
-        record in file order.
+      training: the shuffled stream (seeded by ``seed``, a new order each pass: each
+        ``model.fit`` epoch is one pass); else every record in file order. Keras takes the
+        first epoch's batch count for every later epoch, and a bucketed or packed epoch can
+        differ from the next by a batch or two: Keras then ends an epoch a batch early or
+        leaves its last batch unused. Where every epoch must be exact, train with
+        ``tfseq.training.Trainer`` (what ``tfseq-train`` does).
       counter: where records read and drops are counted (default:
         ``tfseq.default_counter()``).
 
@@ -83,6 +88,10 @@ def training_pipeline(files, vocab: Vocab, *, task: str = "classify",
     if not training:
         return spine_task.eval_dataset(config, state, counter,
                                        batching=spine_task.batching(config))
+    # Keras cannot know an epoch's length before its end (tf.data's unknown cardinality) and
+    # warns at the end of the first epoch that the input "ran out of data": that is the end
+    # of the epoch, not a problem to act on.
+    warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
     shards = spine_task.record_shards(config)
     spill(spine_task, config, shards, fingerprint(spine_task.source(config, "train").files))
     stream = spine_task.training_stream(config, state, counter, shards)

@@ -23,10 +23,11 @@ import time
 import tensorflow as tf
 
 from tfseq import formats, serving
+from tfseq.batching import Batching, mode_of
+from tfseq.errors import InputError
 from tfseq.pipelines import tasks
 from tfseq.reading import resolve_files
 
-BATCHING = ("bucket", "pad")
 # Reason codes of an unusable line (0: usable), in report order.
 REASONS = ("ok", "malformed", "invalid_utf8", "nul_byte", "empty", "too_long")
 
@@ -67,57 +68,97 @@ def input_format(info: dict, files, fmt: str | None, columns,
     """The ``RowFormat`` of the files to predict on: ``fmt``/``columns``/``header`` if given,
     else the training run's (``serving.json``) when the format is the run's, else from the
     extension (a TSV's default columns: the embedded corpus' ``book,chapter,verse,<input>``;
-    no header).
+    no header). The input is the column that fed the served input in training
+    (``input_column``: ``text``; translate ``source``; tag ``tokens``, or ``token`` in CoNLL).
 
     Raises:
       ValueError: a format predict cannot read, or columns without the input field.
     """
-    field = info.get("input", "text")
     fmt = formats.infer_format([str(f) for f in files], fmt)
-    if fmt not in formats.RECORD_FORMATS:
-        raise ValueError(f"--format={fmt}: predict reads one input per line or record, in one "
-                         f"of {formats.RECORD_FORMATS}")
+    kind = formats.format_of(fmt)
     same_format = info.get("format") in (None, fmt) and "columns" in info
     if header is None:
         header = bool(info.get("header")) if same_format else False
     if fmt == "text":
         return formats.RowFormat("text", ("text",), header)
+    field = input_field(info, fmt)
     trained = info.get("columns") if same_format else None
     columns = tuple(columns or trained or (
-        [field] if fmt in ("csv", "jsonl", "tfrecord") else ["book", "chapter", "verse", field]))
-    if fmt in ("jsonl", "tfrecord"):  # fields by name: only the input is read
-        if field not in columns:
-            raise ValueError(f"--columns={','.join(columns)} has no {field!r} field; name the "
-                             f"input {fmt} field {field!r}")
-        return formats.RowFormat(fmt, (field,), False)
+        [field] if kind.named_fields else ["book", "chapter", "verse", field]))
     if field not in columns:
+        what = f"{fmt} field" if kind.named_fields else "column"
         raise ValueError(f"--columns={','.join(columns)} has no {field!r} field; name the "
-                         f"input column {field!r} (and `_` for the others)")
+                         f"input {what} {field!r}" + ("" if kind.named_fields else
+                                                      " (and `_` for the others)"))
+    if kind.named_fields:  # fields by name: only the input is read
+        return formats.RowFormat(fmt, (field,), False)
     return formats.RowFormat(fmt, tuple(c if c == field else "_" for c in columns), header)
+
+
+def input_field(info: dict, fmt: str) -> str:
+    """The column of ``fmt`` files that holds the served input: the training run's
+    ``input_column`` (tag: ``tokens`` in rows, ``token`` in CoNLL sentences)."""
+    field = info.get("input_column") or info.get("input", "text")
+    if field in ("tokens", "token"):
+        return "token" if formats.format_of(fmt).token_lines else "tokens"
+    return field
 
 
 def predict_files(model_dir: str, files, output: str, *, fmt: str | None = None,
                   columns=None, header: bool | None = None, max_tokens: int = 8192,
-                  batching: str = "bucket", pool_size: int = 8192, progress=None) -> dict:
+                  batching: str = "bucket", pool_size: int = 8192, progress=None,
+                  names: dict | None = None) -> dict:
     """Runs the export of ``model_dir`` over ``files`` and writes ``output``; returns the report.
 
     Args:
-      output: the output file, or ``-`` for stdout.
+      output: the output file (its folder made if missing), or ``-`` for stdout.
       header: skip each file's first line; ``None``: as the training run did (same format).
       progress: ``fn(lines so far)`` called after each batch (a progress bar), or ``None``.
+      names: how a file is named in the report (e.g. ``{"/tmp/x/stdin.txt": "<stdin>"}``).
 
     Raises:
       FileNotFoundError: no export, or a file pattern that matches nothing.
       ValueError: bad arguments (named), a truncated gzip file.
+      InputError: no input line could be predicted (the output file is removed).
     """
+    report = _predict_files(model_dir, files, output, fmt=fmt, columns=columns, header=header,
+                            max_tokens=max_tokens, batching=batching, pool_size=pool_size,
+                            progress=progress)
+    names = names or {}
+    report["files"] = [names.get(f, f) for f in report["files"]]
+    report["first_unusable"] = [_renamed(line, names) for line in report["first_unusable"]]
+    unusable = sum(report[r] for r in REASONS[1:])
+    if report["lines"] and unusable < report["lines"]:
+        return report
+    if output != "-" and os.path.exists(output):
+        os.remove(output)
+    files = ", ".join(report["files"])
+    if not report["lines"]:
+        raise InputError(f"no input line in {files}: nothing to predict")
+    counts = ", ".join(f"{report[r]:,} {r}" for r in REASONS[1:] if report[r])
+    example = f" (e.g. {report['first_unusable'][0]})" if report["first_unusable"] else ""
+    raise InputError(f"no line of {files} could be predicted: {counts}{example}; check "
+                     "--format, --columns and --header")
+
+
+def _renamed(text: str, names: dict) -> str:
+    for path, name in names.items():
+        text = text.replace(path, name)
+    return text
+
+
+def _predict_files(model_dir: str, files, output: str, *, fmt, columns, header, max_tokens,
+                   batching, pool_size, progress) -> dict:
+    """``predict_files`` before its checks of the outcome."""
     import tensorflow_text  # noqa: F401  (the export's text ops)
 
     import tfseq
 
     if max_tokens <= 0:
         raise ValueError(f"--max_tokens must be positive; received {max_tokens}")
-    if batching not in BATCHING:
-        raise ValueError(f"Unknown batching {batching!r}; expected one of {BATCHING}")
+    if not mode_of(batching).predicts:
+        raise ValueError(f"--batching={batching} is for training: predict batches by length "
+                         "(bucket) or in input order (pad)")
     export_dir = export_dir_of(model_dir)
     info = serving.read_info(export_dir)
     task = tasks.load(info["task"])
@@ -148,14 +189,12 @@ def predict_files(model_dir: str, files, output: str, *, fmt: str | None = None,
 
     lines = formats.read_records(paths, row_format, batch_size=512, in_order=True)
     ds = lines.map(make_parser(row_format, "text" if row_format.format == "text"
-                               else info.get("input", "text"))).apply(
+                               else input_field(info, row_format.format))).apply(
         tfseq.with_index(batched=True))
     ds = ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE)
-    if batching == "bucket":
-        ds = ds.apply(tfseq.bucket_by_length(max_tokens=max_tokens, max_length=longest,
-                                             pool_size=pool_size, shuffle=False))
-    else:
-        ds = tfseq.unbatch(ds).apply(tfseq.pad_batch(max(1, max_tokens // longest)))
+    ds = ds.apply(Batching(batching, batch_size=max(1, max_tokens // longest),
+                           max_tokens=max_tokens, max_length=longest,
+                           pool_examples=pool_size).transform(training=False))
     ds = ds.prefetch(2).with_options(tfseq.pipeline_options())
 
     counts = {"lines": 0, "real_tokens": 0, "truncated": 0, "batches": 0,
@@ -237,11 +276,12 @@ def predict_in_order(task, export_dir: str, info: dict, paths, output: str, *,
 
 @contextlib.contextmanager
 def _output(path: str):
-    """The output file, or stdout for ``-``."""
+    """The output file (its folder made if missing), or stdout for ``-``."""
     if path == "-":
         yield sys.stdout
         sys.stdout.flush()
         return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         yield f
 
@@ -260,9 +300,12 @@ def file_lines(paths, row_format: formats.RowFormat, indices) -> list[str]:
         total += int(formats.read_records([path], row_format, in_order=True).reduce(
             tf.constant(0, tf.int64), lambda n, batch: n + tf.size(batch, out_type=tf.int64)))
     first_line = 2 if row_format.header else 1
+    sentences = formats.format_of(row_format.format).token_lines
 
     def where(index):
         start, path = next(s for s in reversed(starts) if s[0] <= index)  # empty files
+        if sentences:
+            return f"{path}: sentence {index - start + 1}"
         return f"{path}:{index - start + first_line}"
 
     return [where(i) for i in indices]

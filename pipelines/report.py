@@ -23,6 +23,7 @@ def make_report(*, task_name, config, mode, replicas, workers, learning_rate, re
         "task": task_name, "config": dataclasses.asdict(config), "mode": mode,
         "replicas": replicas, "workers": workers, "data_service": data_service,
         "learning_rate": learning_rate, "steps": result.steps_done,
+        "steps_this_command": result.steps_done - (resumed_at_step or 0),
         "epochs": result.epochs_done, "interrupted": result.interrupted,
         "train_seconds": seconds, "history": result.history,
         "real_tokens": real, "real_tokens_per_second": real / seconds if seconds else 0.0,
@@ -51,6 +52,14 @@ def checkpoint_timings(timings) -> dict:
             "first_batch_after_restore_seconds": timings["first_batch"]}
 
 
+def noop_report(report: dict) -> dict:
+    """A finished run's saved ``report`` as a command that trained nothing shows it: its
+    counts and scores, with nothing trained in this command."""
+    return dict(report, steps_this_command=0, examples_trained=0, train_seconds=0.0,
+                real_tokens_per_second=0.0, resumed_at_step=None, setup=dict(
+                    report["setup"], passes=0, records=0, seconds={}, first_step_seconds=None))
+
+
 def format_report(report: dict) -> str:
     lines = ["", "=" * 64, f"tfseq report: task={report['task']} ({report['mode']}, "
              f"{report['replicas']} replica(s) x {report['workers']} worker(s))"]
@@ -59,17 +68,24 @@ def format_report(report: dict) -> str:
         routed = c["drops"].get("other_split", 0)
         dropped = {k: v for k, v in c["drops"].items() if v and k != "other_split"}
         kept = read - routed - sum(dropped.values())
-        lines.append(f"  {split:5s} records read {read:7d}: {kept:6d} examples, {routed:6d} in "
-                     f"the other split, {sum(dropped.values()):4d} dropped "
-                     f"{dropped if dropped else ''}")
+        other = "held out for eval" if split == "train" else "training records"
+        lines.append(f"  {split:5s} records read {read:7,d}: {kept:6,d} examples, {routed:6,d} "
+                     f"{other}, {sum(dropped.values()):4,d} dropped {dropped if dropped else ''}"
+                     .rstrip())
+        if split == "train" and report.get("sources"):
+            lines.append("        (a mixture epoch: " + ", ".join(
+                f"{os.path.basename(row['source'])} read {row['source_epochs']:.2f} times"
+                for row in report["sources"]) + ")")
     if report.get("sources"):
         from tfseq.pipelines.mixture import format_sources
 
         lines.extend("  " + line for line in format_sources(report["sources"]))
     lines.append(f"  padding efficiency of training batches: {report['padding_efficiency']:.3f}")
-    lines.append(f"  training: {report['steps']} steps, {report['train_seconds']:.1f} s, "
+    this_command = report.get("steps_this_command", report["steps"])
+    lines.append(f"  training: {report['steps']:,} steps in the run, {this_command:,} in this "
+                 f"command ({report['train_seconds']:.1f} s, "
                  f"{report['real_tokens_per_second']:,.0f} real tokens/s, "
-                 f"{report.get('examples_trained', 0):,} examples trained in this command")
+                 f"{report.get('examples_trained', 0):,} examples trained in this command)")
     if report.get("jit"):
         jit = report["jit"]
         lines.append(f"  XLA (--jit_compile): {jit['compiled_shapes']} training programs "
@@ -83,8 +99,8 @@ def format_report(report: dict) -> str:
             phases.append(f"first step after {setup['first_step_seconds']:.1f} s")
         lines.append(f"  before the first step: {'; '.join(phases)}")
     if report.get("resumed_at_step") is not None:
-        lines.append(f"  resumed at step {report['resumed_at_step']} (from a checkpoint of an "
-                     "earlier, interrupted command); the counts cover the whole run")
+        lines.append(f"  continued from step {report['resumed_at_step']} (the checkpoint of an "
+                     "earlier command); the counts include the steps before it")
     for example in report.get("drop_examples", []):
         lines.append(f"  dropped: {example}")
     lines.extend(f"  warning: {line}" for line in drop_warnings(report))

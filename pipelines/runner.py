@@ -20,7 +20,8 @@ from absl import logging
 
 from tfseq.errors import InputError
 from tfseq.pipelines import mixture
-from tfseq.pipelines.report import drop_examples_of, format_report, make_report, write_report
+from tfseq.pipelines.report import (
+    drop_examples_of, format_report, make_report, noop_report, write_report)
 from tfseq.training import TrainResult
 
 
@@ -117,6 +118,24 @@ class Runner:
         records its command line there), before the first step."""
         self.task, self.config, self.settings = task, config, settings
         self.on_opened = on_opened or (lambda: None)
+        self.phase = "setup"  # setup -> opened -> training -> finishing (``kept``)
+        self.resuming = os.path.exists(os.path.join(settings.model_dir, "run.json"))
+
+    def kept(self) -> str:
+        """What a signal that stops the command now leaves behind, in one sentence."""
+        model_dir = self.settings.model_dir
+        if self.phase == "setup":
+            if self.resuming:
+                return (f"{model_dir} is as it was; run the same command again to resume")
+            return "nothing was written; run the same command again"
+        if self.phase == "opened":
+            return (f"{model_dir} holds the run's settings and what it learned before training; "
+                    "run the same command again to train")
+        if self.phase == "training":
+            return (f"the newest checkpoint in {model_dir} is kept; run the same command again "
+                    "to resume")
+        return (f"the run is trained and checkpointed in {model_dir}, but its report or export "
+                f"was not written: tfseq-export --model_dir={model_dir} writes the export")
 
     def run(self) -> TrainResult | None:
         """Trains; returns how this run ended (``result.interrupted``, ``result.signal``), or
@@ -183,7 +202,7 @@ class Runner:
         saved = os.path.join(model_dir, "report.json")
         if os.path.exists(saved):
             with open(saved) as f:
-                print(format_report(json.load(f)))
+                print(format_report(noop_report(json.load(f))))
         return True
 
     def _train(self, task, config) -> TrainResult | None:
@@ -214,6 +233,8 @@ class Runner:
                             write=self._progress() if chief else None)
         except (InputError, FileNotFoundError, ValueError) as e:
             raise SetupError(str(e)) from e
+        if not self.resuming:
+            self.phase = "opened"
         if chief:
             self.on_opened()
             if self.settings.verbose:
@@ -257,6 +278,7 @@ class Runner:
         if resumed and self._finished(trainer):
             return None
         resumed_at = int(trainer.global_step.numpy()) if resumed else None
+        self.phase = "training"
         if resumed and self.settings.verbose and chief:
             print(f"Resuming from {self.settings.model_dir}: "
                   f"epoch {int(trainer.epoch.numpy()) + 1}, "
@@ -284,6 +306,8 @@ class Runner:
         result = trainer.fit(self.settings.epochs, verbose=self.settings.verbose if chief else 0,
                              eval_fn=eval_fn if workers == 1 else None,
                              max_steps=self.settings.max_steps)
+        if not result.signal:  # a signal stops training with its checkpoint saved
+            self.phase = "finishing"
         finished = not result.interrupted
         baselines = task.baselines(eval_ds()) if finished and chief else {}
         eval_results = evaluate() if finished and chief else {}  # the eval counts: one pass

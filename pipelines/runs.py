@@ -32,6 +32,7 @@ import os
 import shutil
 import time
 
+from tfseq.batching import mode_of
 from tfseq.pipelines import sources
 from tfseq.pipelines.state import PassReport, TaskState, spill
 from tfseq.resumable import RecordShards
@@ -72,7 +73,7 @@ class Run:
 def settings(task, config, *, model_config, replicas: int, workers: int) -> dict:
     """What defines a run: compared on every resume (``compare``)."""
     fields = dataclasses.asdict(config)
-    name = "batch_size" if config.batching == "pad" else "max_tokens"  # the mode's budget
+    name = mode_of(config.batching).budget  # what a resume keeps per replica
     budgets = {name: fields.pop(name) * replicas}
     files = list(task.source(config, "train").files)
     if getattr(config, "eval_files", ()):

@@ -224,7 +224,7 @@ class TextTask(Task):
         """Evaluation batches: by length, in file order, a budget of the training batch's
         cells (the model computes the same per-example function in every mode)."""
         longest = self.longest(config)
-        cells = config.batch_size * longest if config.batching == "pad" else config.max_tokens
+        cells = self.batching(config).cells(longest)
         return Batching("bucket", max_tokens=max(cells, longest), max_length=longest)
 
     # ----- datasets
@@ -339,6 +339,7 @@ class TextTask(Task):
         meta.update(tokenizer=config.tokenizer, lowercase=config.lowercase,
                     max_length=config.max_length, long_examples=config.long_examples,
                     batching=config.batching)
+        meta["input_column"] = self.input_column(config)
         if config.columns:  # user files: predict's default --columns
             meta["columns"] = list(config.columns)
             meta["format"] = config.format
@@ -355,6 +356,11 @@ class TextTask(Task):
     def prediction_line(self, row: dict) -> str:
         """One output line of ``tfseq-predict`` for one input line's prediction."""
         raise NotImplementedError
+
+    def input_column(self, config) -> str:
+        """The column of the training files that feeds the export's input (what
+        ``tfseq-predict`` reads from files in the training format)."""
+        return self.prediction_input
 
     def replica_dataset_fn(self, config, state: TaskState, counter: DropCounter, replicas: int,
                            *, data_service: str | None = None, stats: BatchStats | None = None):

@@ -76,8 +76,8 @@ class Tag(TextTask):
         if not config.train_files:
             return super().source(config, split)
         # A record per sentence (CoNLL), or a row of tokens and tags per line.
-        conll = not formats.format_of(formats.infer_format(
-            formats.resolve(config.train_files), config.format)).per_example
+        conll = formats.format_of(formats.infer_format(
+            formats.resolve(config.train_files), config.format)).token_lines
         required = CONLL_COLUMNS if conll else ROW_COLUMNS
         source = sources.user_source(config, split, required=required, allowed=required)
         if not conll:
@@ -89,6 +89,12 @@ class Tag(TextTask):
             return {"tokens": rows["token"], "tags": rows["tag"]}
 
         return dataclasses.replace(source, parse=parse)
+
+    def input_column(self, config):
+        if config.train_files and formats.format_of(formats.infer_format(
+                formats.resolve(config.train_files), config.format)).token_lines:
+            return "token"
+        return "tokens"
 
     def label_values(self, column, values):
         return tf.strings.split(values).flat_values

@@ -15,6 +15,26 @@ HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
 USAGE_ERROR = 2  # the status of a command that cannot run as given (as argparse's)
 
 
+def _launcher(module: str):
+    """The console entry of ``tfseq-<module>``: imports the command (TensorFlow with it) with
+    Ctrl-C and SIGTERM stopping it in one line, then runs it."""
+
+    def launch():
+        import importlib
+
+        _stop_on_signals()
+        try:
+            command = importlib.import_module(f"tfseq.scripts.{module}")
+        except KeyboardInterrupt:
+            interrupted(COMMANDS[module], "SIGINT", "nothing was written")
+        except Terminated:
+            interrupted(COMMANDS[module], "SIGTERM", "nothing was written")
+        command.run()
+
+    launch.__doc__ = f"The ``{COMMANDS[module]}`` command."
+    return launch
+
+
 def command_name(module_name: str) -> str:
     """``tfseq.scripts.train`` -> ``tfseq-train`` (other scripts: their file name)."""
     short = module_name.rsplit(".", 1)[-1]
@@ -27,13 +47,43 @@ def fail(command: str, message: str) -> None:
     sys.exit(USAGE_ERROR)
 
 
-def run_command(module_name: str, main) -> None:
+class Terminated(BaseException):
+    """SIGTERM outside training (a scheduler preempting the job): raised in the main thread,
+    so a command stops as it does on Ctrl-C (``KeyboardInterrupt``)."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def _stop_on_signals() -> None:
+    """SIGINT raises ``KeyboardInterrupt`` (also where the shell started the command with it
+    ignored, as it does for a background job: a training loop handles it as well) and SIGTERM
+    ``Terminated``."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def interrupted(command: str, signal_name: str, kept: str) -> None:
+    """Exits with 128 + the signal (130 SIGINT, 143 SIGTERM) after one line
+    ``<command>: stopped by <signal>: <what was kept>`` on stderr."""
+    import signal
+
+    print(f"{command}: stopped by {signal_name}: {kept}", file=sys.stderr, flush=True)
+    sys.exit(128 + signal.Signals[signal_name].value)
+
+
+def run_command(module_name: str, main, *, kept=None) -> None:
     """Runs ``main`` as an absl program whose ``--help`` shows the binary's docstring and flags,
     also when started through a console command (whose ``__main__`` is pip's small wrapper).
 
     A flag error, an ``app.UsageError`` or a ``tfseq.errors.InputError`` from ``main`` is one
     line and exit status 2 (``fail``), never the whole usage or a traceback (``-v 1`` logs
-    the traceback)."""
+    the traceback). SIGINT or SIGTERM that ``main`` does not handle itself (a training loop
+    does) stops the command with one line saying what was kept (``kept()``; default: nothing
+    was written) and status 130 or 143."""
     from absl import app, flags, logging
 
     from tfseq.errors import InputError
@@ -58,13 +108,21 @@ def run_command(module_name: str, main) -> None:
 
     def traced_main(argv):
         try:
+            _stop_on_signals()
             with traced_as_written():  # the binaries' data functions need no AutoGraph
                 return main(argv)
         except (app.UsageError, InputError) as e:
             logging.debug("%s failed", command, exc_info=True)  # shown with -v 1
             fail(command, str(e))
+        except KeyboardInterrupt:
+            interrupted(command, "SIGINT", kept() if kept else "nothing was written")
+        except Terminated:
+            interrupted(command, "SIGTERM", kept() if kept else "nothing was written")
 
-    app.run(traced_main, flags_parser=parse)
+    try:
+        app.run(traced_main, flags_parser=parse)
+    except KeyboardInterrupt:  # before main: while the flags are parsed
+        interrupted(command, "SIGINT", "nothing was written")
 
 
 def embedded_text_files(out_dir: str, num_files: int) -> list[str]:
@@ -90,3 +148,10 @@ def embedded_text_files(out_dir: str, num_files: int) -> list[str]:
             f.write("\n".join(lines[i::num_files]) + "\n")
         files.append(name)
     return files
+
+
+launch_train = _launcher("train")
+launch_predict = _launcher("predict")
+launch_export = _launcher("export")
+launch_profile = _launcher("profile")
+launch_data_service = _launcher("data_service")

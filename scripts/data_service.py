@@ -69,10 +69,10 @@ def start_server(role: str, port: int = 0, dispatcher_address: str | None = None
 
     The server listens on every interface with no authentication (see the module docstring).
     """
+    import tfseq  # noqa: F401  (TensorFlow, quietly; tfseq's ops in the worker process)
+
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers its ops for pipelines run on workers)
-
-    import tfseq  # noqa: F401  (tfseq's ops, if any, must be loaded in the worker process)
 
     service = tf.data.experimental.service
     if role == "dispatcher":
@@ -90,10 +90,17 @@ def start_server(role: str, port: int = 0, dispatcher_address: str | None = None
 
 
 def main(argv):
-    del argv
+    from absl import app
+
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if not FLAGS.trusted_network:
-        logging.error("Refusing to start: %s", TRUST_MODEL)
-        sys.exit(2)
+        raise app.UsageError(
+            "refusing to start without --trusted_network: the tf.data service is "
+            "unauthenticated and unencrypted and listens on every interface (anyone who reaches "
+            "the port can run dataset graphs on the workers and read the data); run it behind "
+            "a firewall, on a private subnet or through an SSH tunnel, then pass "
+            "--trusted_network")
     server = start_server(FLAGS.role, FLAGS.port, FLAGS.dispatcher_address,
                           FLAGS.worker_address, FLAGS.work_dir, FLAGS.protocol)
     if FLAGS.role == "dispatcher":

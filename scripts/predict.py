@@ -35,36 +35,35 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
-from tfseq.formats import RECORD_FORMATS  # noqa: E402
+from tfseq.pipelines.predicting import REASONS  # noqa: E402
+from tfseq.scripts import flag_table  # noqa: E402
 
+COMMAND = "tfseq-predict"
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "Model directory (uses its export/) or an export.",
                     required=True)
 flags.DEFINE_list("files", None, "Input files or globs (.gz allowed); - reads stdin.",
                   required=True)
-flags.DEFINE_enum("format", None, list(RECORD_FORMATS), "Input format (default from the "
-                  "extension: tsv, csv (RFC 4180 on one line), jsonl, tfrecord (tf.train.Example), "
-                  "else text: the whole line is the input).")
-flags.DEFINE_list("columns", None, "TSV/CSV field names in order (JSONL keys, TFRecord "
-                  "features: by name); the input field is `text` "
-                  "(translate: `source`), `_` skips (default: the training run's, else the "
-                  "embedded corpus layout book,chapter,verse,text).")
-flags.DEFINE_boolean("header", False, "Skip the first line of each file (no output for it; "
-                     "default: as the training run, for files in its format).")
+flag_table.define(
+    ["format", "columns", "header", "batching", "max_tokens"],
+    defaults={"batching": "bucket", "max_tokens": 8192},
+    helps={"columns": "Field names in order (JSON keys, TFRecord features: by name); the input "
+                      "field is the one the model was trained on (`text`; translate `source`; "
+                      "tag `tokens`, or `token` in CoNLL), `_` skips (default: the training "
+                      "run's, else the embedded corpus layout book,chapter,verse,text).",
+           "header": "Skip the first line of each file (no output for it; default: as the "
+                     "training run, for files in its format).",
+           "batching": "bucket: by length under --max_tokens (input order restored); pad: "
+                       "padded batches in input order of max_tokens // max_length rows.",
+           "max_tokens": "Token budget per batch (rows x padded length)."})
 flags.DEFINE_string("output", "-", "Output file, one line per input line; - (the default): "
                     "stdout, the report then goes to stderr.")
-flags.DEFINE_integer("max_tokens", 8192, "Token budget per batch (rows x padded length).")
-flags.DEFINE_enum("batching", "bucket", ["bucket", "pad"], "bucket: by length under "
-                  "--max_tokens; pad: plain padded batches in input order of max_tokens // "
-                  "max_length rows.")
 flags.DEFINE_integer("pool_size", 8192, "Lines sorted together by length (bounds memory).")
 flags.DEFINE_string("report_json", None, "Also write the report here as JSON.")
 flags.DEFINE_integer("verbose", 1, "0: quiet; 1: progress bar and report.")
 
 
 def format_report(report: dict) -> str:
-    from tfseq.pipelines.predicting import REASONS
-
     unusable = {r: report[r] for r in REASONS[1:] if report[r]}
     return "\n".join([
         "", "=" * 64, f"tfseq predict: task={report['task']} ({report['batching']} batching, "
@@ -92,15 +91,21 @@ def main(argv):
     report_to = sys.stderr if to_stdout else sys.stdout
     show_bar = FLAGS.verbose and not to_stdout and sys.stdout.isatty()
     bar = keras.utils.Progbar(None, verbose=1 if show_bar else 0, unit_name="line")
-    files = FLAGS.files
+    files, names = FLAGS.files, {}
     with tempfile.TemporaryDirectory() as scratch:
         if files == ["-"]:  # stdin: kept in a file (the input is read by tf.data, in order)
             files = [os.path.join(scratch, "stdin.txt")]
+            names[files[0]] = "<stdin>"
             with open(files[0], "wb") as f:
                 shutil.copyfileobj(sys.stdin.buffer, f)
-        report = _predict(files, show_bar, bar)
+        report = _predict(files, show_bar, bar, names)
     if show_bar:
         bar.update(report["lines"], finalize=True)
+    unusable = sum(report[r] for r in REASONS[1:])
+    if unusable:
+        example = f", e.g. {report['first_unusable'][0]}" if report["first_unusable"] else ""
+        print(f"{COMMAND}: warning: {unusable:,} of {report['lines']:,} lines could not be "
+              f"predicted (empty output lines{example})", file=sys.stderr, flush=True)
     if FLAGS.report_json:
         with open(FLAGS.report_json, "w") as f:
             json.dump(report, f, indent=2)
@@ -108,7 +113,7 @@ def main(argv):
         print(format_report(report), file=report_to)
 
 
-def _predict(files, show_bar, bar) -> dict:
+def _predict(files, show_bar, bar, names) -> dict:
     from tfseq.pipelines.predicting import predict_files
 
     try:
@@ -117,15 +122,21 @@ def _predict(files, show_bar, bar) -> dict:
                              header=FLAGS.header if FLAGS["header"].present else None,
                              max_tokens=FLAGS.max_tokens, batching=FLAGS.batching,
                              pool_size=FLAGS.pool_size,
-                             progress=bar.update if show_bar else None)
+                             progress=bar.update if show_bar else None, names=names)
     except (FileNotFoundError, ValueError) as e:
         raise app.UsageError(str(e))
+
+
+def _kept() -> str:
+    if FLAGS.output == "-":
+        return "the predictions so far went to stdout; run the command again for all"
+    return f"{FLAGS.output} is incomplete; run the command again"
 
 
 def run():
     """The ``tfseq-predict`` command."""
     from tfseq.scripts import run_command
-    run_command(__name__, main)
+    run_command(__name__, main, kept=_kept)
 
 
 if __name__ == "__main__":

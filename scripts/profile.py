@@ -28,30 +28,33 @@ from __future__ import annotations
 import json
 import os
 import time
+import types
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import flags  # noqa: E402
+from absl import app, flags  # noqa: E402
 
-from tfseq.formats import RECORD_FORMATS  # noqa: E402
+from tfseq.scripts import flag_table  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("task", None, ["classify", "lm", "translate", "tag", "documents", "ctr"],
-                  "Profile this task's training input as tfseq-train builds it.")
-flags.DEFINE_list("files", [], "Text files or globs (default: the embedded English corpus).")
-flags.DEFINE_list("train_files", [], "Your files (as tfseq-train): their text column is "
-                  "profiled ('text', or the first of source, target, tokens, token).")
-flags.DEFINE_enum("format", None, list(RECORD_FORMATS),
-                  "With --train_files (default: from the extension).")
-flags.DEFINE_list("columns", [], "With --train_files: field names in order (e.g. label,text; "
-                  "token,_,tag for CoNLL).")
-flags.DEFINE_boolean("header", False, "With --train_files: skip each file's first line.")
-flags.DEFINE_integer("field", 3, "0-based TSV field with the text; -1: the whole line.")
-flags.DEFINE_enum("batching", "bucket", ["pad", "bucket", "pack"], "Batching stage.")
-flags.DEFINE_integer("max_tokens", 8192, "Token budget per batch (bucket, pack).")
-flags.DEFINE_integer("batch_size", 64, "Rows per batch for --batching=pad.")
-flags.DEFINE_integer("max_length", 512, "Length cap (longer examples are dropped, counted).")
-flags.DEFINE_integer("block_length", 512, "Row length for --batching=pack.")
+flag_table.define(
+    flag_table.INPUT_FLAGS, defaults={"task": None},
+    helps={"task": "Profile this task's training input as tfseq-train builds it from the same "
+                   "flags (default: a generic pipeline over --files' text field).",
+           "files": "Files in the embedded corpus' layout (tab-separated, the text in --field; "
+                    "default: the embedded English corpus). Other files: --train_files with "
+                    "--format/--columns.",
+           "train_files": "Your files (as tfseq-train): their text column is profiled ('text', "
+                          "or the first of source, target, tokens, token).",
+           "batching": "Batching stage (with --task: the task's default; else bucket).",
+           "batch_size": "Rows per batch for --batching=pad (default: the task's; else 64).",
+           "max_tokens": "Token budget per batch, bucket and pack (default: the task's; else "
+                         "8192).",
+           "max_length": "Length cap (default: the task's; else 512; longer examples are "
+                         "dropped, counted).",
+           "block_length": "Row length(s) for --batching=pack (default: the task's; else 512)."})
+flags.DEFINE_integer("field", 3, "With --files: the 0-based tab-separated field with the text "
+                     "(3: the embedded corpus' layout); -1: the whole line.")
 flags.DEFINE_integer("shuffle_buffer", 32768, "Shuffle buffer, in examples (whole line "
                      "batches on the batched path).")
 flags.DEFINE_integer("read_batch", 1024, "Lines per batch read and carried through the "
@@ -91,12 +94,6 @@ def stages(files, vocab, counter):
 
     batched = FLAGS.read_batch > 0
 
-    def field_of(lines):  # tf.string [] or [n] -> the field, same shape
-        parts = tf.strings.split(lines, "\t")
-        if lines.shape.rank == 0:
-            return parts[FLAGS.field]
-        return parts.to_tensor(shape=[None, FLAGS.field + 1])[:, FLAGS.field]
-
     def field(ds):
         if FLAGS.field < 0 or FLAGS.train_files:
             return ds
@@ -123,26 +120,71 @@ def stages(files, vocab, counter):
             return ds.shuffle(FLAGS.shuffle_buffer, seed=0)
         return ds.shuffle(max(1, FLAGS.shuffle_buffer // FLAGS.read_batch), seed=0)
 
-    if FLAGS.batching == "pad":
-        batch = tfseq.pad_batch(FLAGS.batch_size, prefetch=False)
-    elif FLAGS.batching == "bucket":
-        batch = tfseq.bucket_by_length(max_tokens=FLAGS.max_tokens, max_length=FLAGS.max_length,
-                                       seed=0)
-    else:
-        batch = tfseq.pack(FLAGS.block_length, max_tokens=FLAGS.max_tokens, seed=0)
+    batch = tfseq.Batching.for_examples(
+        FLAGS.batching or "bucket", longest=setting("max_length"),
+        batch_size=setting("batch_size"), max_tokens=setting("max_tokens"),
+        block_length=FLAGS.block_length and [int(b) for b in FLAGS.block_length]
+        or setting("block_length"),
+        boundaries=[int(b) for b in FLAGS.boundaries or ()]).transform(training=True, seed=0,
+                                                                      counter=counter)
     out = [
         ("read", read),
         ("field", field),
         ("clean lines", tfseq.filter_lines(counter=counter)),
         ("tokenize+lookup", tfseq.tokenize(vocab)),
-        ("length filter", tfseq.filter_by_length(max_length=FLAGS.max_length, counter=counter)),
+        ("length filter", tfseq.filter_by_length(max_length=setting("max_length"),
+                                                 counter=counter)),
         ("shuffle", shuffle),
-        (f"batch ({FLAGS.batching})", batch),
+        (f"batch ({FLAGS.batching or 'bucket'})", batch),
     ]
     if FLAGS.num_splits > 1:
         out.append((f"split x{FLAGS.num_splits}", tfseq.split_batch(FLAGS.num_splits)))
     out.append(("prefetch", lambda ds: ds.prefetch(tf.data.AUTOTUNE)))
     return out
+
+
+GENERIC_DEFAULTS = {"batch_size": 64, "max_tokens": 8192, "max_length": 512,
+                    "block_length": 512}
+
+
+def setting(name: str) -> int:
+    """A batching flag of the generic profile: as given, else ``GENERIC_DEFAULTS``."""
+    value = FLAGS[name].value
+    if name == "block_length":
+        return int(value[0]) if value else GENERIC_DEFAULTS[name]
+    return GENERIC_DEFAULTS[name] if value is None else value
+
+
+def field_of(lines):
+    """``tf.string []`` or ``[n]`` lines -> their ``--field`` (``""`` where a line has fewer
+    fields; ``check_field`` refuses files whose first line does)."""
+    import tensorflow as tf
+
+    parts = tf.strings.split(lines, "\t")
+    if lines.shape.rank == 0:
+        return tf.concat([parts, tf.fill([FLAGS.field + 1], "")], 0)[FLAGS.field]
+    return parts.to_tensor(shape=[None, FLAGS.field + 1])[:, FLAGS.field]
+
+
+def check_field(files) -> None:
+    """Raises ``InputError`` when the first line of ``files`` has no ``--field``."""
+    import gzip
+
+    from tfseq.errors import InputError
+
+    if FLAGS.field < 0:
+        return
+    path = files[0]
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8",
+                                                       errors="replace") as f:
+        line = f.readline().rstrip("\r\n")
+    fields = line.count("\t") + 1
+    if fields <= FLAGS.field:
+        raise InputError(
+            f"--field={FLAGS.field} (the embedded corpus' text field), but {path}:1 has "
+            f"{fields} tab-separated field(s): give --field={fields - 1} (0-based) or "
+            f"--field=-1 (the whole line), or read it as your training files: --train_files="
+            f"{path} --columns=...")
 
 
 def counts(element):
@@ -198,36 +240,6 @@ def user_format(files):
                               required=(text_column(),), allowed=names)
 
 
-# Profile flags that set the task's Config field of the same name (when given).
-TASK_FLAGS = ("train_files", "format", "columns", "header", "batching", "max_tokens",
-              "max_length", "block_length", "batch_size")
-
-
-def task_config(task):
-    """The task's Config from the flags given (``TASK_FLAGS``), as tfseq-train makes it."""
-    import dataclasses
-
-    from tfseq.pipelines import flag_config
-
-    fields = {f.name for f in dataclasses.fields(task.Config)}
-    values = {}
-    for name in TASK_FLAGS:
-        if not FLAGS[name].present:
-            continue
-        value = FLAGS[name].value
-        if name not in fields:
-            raise flags.ValidationError(f"--{name} is not used by --task={FLAGS.task}")
-        if name in ("train_files", "columns"):
-            value = tuple(value)
-        if name == "train_files":
-            value, weights = flag_config._split_weights(value, "--train_files")
-            value = flag_config.absolute(value)
-            if weights:
-                values["train_weights"] = weights
-        values[name] = value
-    return task.Config(**values)
-
-
 def task_stages(task_name, model_dir):
     """``[(name, dataset, count)]`` of the task's training input: records read, encoded,
     and the whole training stream; ``count(element) -> (examples, real tokens)``."""
@@ -237,7 +249,7 @@ def task_stages(task_name, model_dir):
     from tfseq.pipelines import tasks
 
     task = tasks.load(task_name)
-    config = task_config(task)
+    config = flag_table.build_config(task, FLAGS)
     run = task.open(model_dir, config, model_config=task.model_config(),
                     write=lambda line: print(line, flush=True))
     counter = tfseq.DropCounter("train")
@@ -288,7 +300,7 @@ def profile_task():
 
     rows, previous = [], None
     with tempfile.TemporaryDirectory(prefix="tfseq_profile_") as tmp:
-        counter, staged = task_stages(FLAGS.task, os.path.join(tmp, "run"))
+        counter, staged = task_stages(flag_table.task_name(FLAGS), os.path.join(tmp, "run"))
         for name, ds, count in staged:
             best = None
             for _ in range(FLAGS.repeats):
@@ -307,37 +319,42 @@ def profile_task():
 
 def _row(rows, name, best, previous):
     """Appends a stage's row (``best``: seconds, examples, tokens, elements); returns its
-    milliseconds per 1,000 examples."""
+    milliseconds per 1,000 examples. A stage's cost is what it adds to the pipeline before it;
+    a stage that makes the whole faster (prefetching, fewer elements) or adds less than the
+    timing noise adds 0 (``within_noise``)."""
     seconds, examples, tokens, elements = best
     per_1k = 1e6 * seconds / max(examples, 1)
+    added = per_1k - (previous or 0.0)
     rows.append({"stage": name, "seconds": seconds, "examples": examples, "elements": elements,
                  "real_tokens": tokens, "examples_per_s": examples / seconds,
                  "tokens_per_s": tokens / seconds if tokens else None,
-                 "ms_per_1k_examples": per_1k, "stage_ms_per_1k": per_1k - (previous or 0.0)})
+                 "ms_per_1k_examples": per_1k, "stage_ms_per_1k": max(0.0, added),
+                 "within_noise": added <= 0})
     return per_1k
 
 
 def main(argv):
-    del argv
-    import tensorflow as tf
-
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     import tfseq
+    from tfseq import formats
 
     if FLAGS.task:
         rows, counter, ds = profile_task()
         report(rows, counter, ds)
         return
+    flag_table.check_no_effect(types.SimpleNamespace(train_files=tuple(FLAGS.train_files)),
+                               FLAGS)
     if FLAGS.train_files:
-        from tfseq import formats
-
         files = formats.resolve(FLAGS.train_files)
         texts = formats.read_rows(files, user_format(files), tfseq.DropCounter("vocab")).map(
             lambda row: row[text_column()])
     else:
-        files = tfseq.reading.resolve_files(FLAGS.files or [tfseq.corpus_path()])
+        files = formats.resolve(FLAGS.files or [tfseq.corpus_path()], "--files")
+        check_field(files)
         texts = tfseq.text_lines(files)
         if FLAGS.field >= 0:
-            texts = texts.map(lambda line: tf.strings.split(line, "\t")[FLAGS.field])
+            texts = texts.map(field_of)
     vocab = tfseq.Vocab.build(texts)
     counter = tfseq.DropCounter()
 
@@ -356,14 +373,19 @@ def report(rows, counter, ds):
     """Prints the table (and the model check, the trace, the JSON) of the profiled stages."""
     import tensorflow as tf
 
-    print(f"\n{'after stage':18s} {'examples/s':>11s} {'tokens/s':>11s} {'elements':>9s} "
+    width = max(len("after stage"), *(len(r["stage"]) for r in rows))
+    print(f"\n{'after stage':{width}s} {'examples/s':>11s} {'tokens/s':>11s} {'elements':>9s} "
           f"{'ms/1k ex':>9s} {'stage adds':>11s}")
     slowest = max(rows[1:], key=lambda r: r["stage_ms_per_1k"]) if len(rows) > 1 else rows[0]
     for r in rows:
         tokens = f"{r['tokens_per_s']:11,.0f}" if r["tokens_per_s"] else f"{'-':>11s}"
-        mark = "  <- slowest" if r is slowest else ""
-        print(f"{r['stage']:18s} {r['examples_per_s']:11,.0f} {tokens} {r['elements']:9d} "
-              f"{r['ms_per_1k_examples']:9.2f} {r['stage_ms_per_1k']:+10.2f}{mark}")
+        adds = f"{'~0':>11s}" if r["within_noise"] else f"{r['stage_ms_per_1k']:+11.2f}"
+        mark = "  <- slowest" if r is slowest and not r["within_noise"] else ""
+        print(f"{r['stage']:{width}s} {r['examples_per_s']:11,.0f} {tokens} {r['elements']:9d} "
+              f"{r['ms_per_1k_examples']:9.2f} {adds}{mark}")
+    if any(r["within_noise"] for r in rows[1:]):
+        print("~0: the stage added no measurable time (a faster pass than the stages before it: "
+              "timing noise, or a stage such as prefetch that overlaps them)")
     opts = options()
     print(f"\ntf.data options: autotune={opts.autotune.enabled} deterministic={opts.deterministic} "
           f"map_fusion={opts.experimental_optimization.map_fusion} "

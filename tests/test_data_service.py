@@ -163,7 +163,12 @@ def test_script_refuses_to_start_without_trusted_network(tmp_path):
     finally:
         stop([process])
     log = (tmp_path / "log").read_text()
-    assert "Refusing to start" in log and "--trusted_network" in log
+    assert log.splitlines() == [
+        "tfseq-data-service: error: refusing to start without --trusted_network: the tf.data "
+        "service is unauthenticated and unencrypted and listens on every interface (anyone who "
+        "reaches the port can run dataset graphs on the workers and read the data); run it "
+        "behind a firewall, on a private subnet or through an SSH tunnel, then pass "
+        "--trusted_network"]
     with socket.socket() as s:  # nothing listens on the port
         assert s.connect_ex(("localhost", port)) != 0
 

@@ -11,6 +11,8 @@ import sys
 
 import keras
 import pytest
+
+import cli
 import tensorflow as tf
 
 from tfseq.mixing import MixedRecords
@@ -229,10 +231,8 @@ def test_a_mixture_resumes_on_four_replicas_after_two(tmp_path):
 
 # ----------------------------------------------------------------------------- the binary
 
-def train(*args, env=None):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "tfseq.scripts.train", *args],
-                          capture_output=True, text=True, timeout=600, env=env)
+def train(*args, fault=None):
+    return cli.run("train", *args, fault=fault)
 
 
 @pytest.mark.slow
@@ -254,7 +254,7 @@ def test_the_binary_trains_weighted_files_reports_the_shares_and_resumes_after_s
     assert rows[news]["records"] == 1200 and rows[news]["source_epochs"] > 1.5
     assert "share 0.80" in out.stdout
     cut = train(*flags, f"--model_dir={tmp_path / 'cut'}",
-                env={"TFSEQ_FAULT": "after_step:120:TERM"})
+                fault="after_step:120:TERM")
     assert cut.returncode == 128 + signal.SIGTERM
     rest = train(*flags, f"--model_dir={tmp_path / 'cut'}")
     assert rest.returncode == 0, rest.stderr[-3000:]

@@ -9,6 +9,8 @@ import sys
 
 import numpy as np
 import pytest
+
+import cli
 import tensorflow as tf
 
 from tfseq import training
@@ -43,15 +45,10 @@ def serve_plain(export_dir, input_name, inputs):
 
 
 def train_binary(task, model_dir, *flags, fault=None):
-    """``tfseq-train --task=TASK`` for one epoch in its own process (``fault``: a
-    ``TFSEQ_FAULT`` point, e.g. ``after_step:8:TERM``)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    if fault:
-        env["TFSEQ_FAULT"] = fault
-    return subprocess.run(
-        [sys.executable, "-m", "tfseq.scripts.train", f"--task={task}", "--epochs=1",
-         f"--model_dir={model_dir}", "--checkpoint_every=0", "--verbose=0", *flags],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    """``tfseq-train --task=TASK`` for one epoch in its own process (``fault``: a fault point,
+    e.g. ``after_step:8:TERM``: ``tests/faults``)."""
+    return cli.run("train", f"--task={task}", "--epochs=1", f"--model_dir={model_dir}",
+                   "--checkpoint_every=0", "--verbose=0", *flags, fault=fault)
 
 
 def train_a_little(model, info, steps=3):

@@ -235,7 +235,7 @@ def test_seed_shuffles_each_group_deterministically():
 @pytest.mark.parametrize("kwargs, error, match", [
     ({"block_length": 0, "batch_size": 2}, ValueError, "block_length"),
     ({"block_length": 4.0, "batch_size": 2}, TypeError, "block_length"),
-    ({"block_length": 4}, ValueError, "exactly one of batch_size and max_tokens"),
+    ({"block_length": 4}, ValueError, "give exactly one of batch_size=ROWS or max_tokens=CELLS"),
     ({"block_length": 4, "batch_size": 2, "max_tokens": 8}, ValueError, "exactly one"),
     ({"block_length": 4, "max_tokens": 3}, ValueError, "max_tokens=3"),
     ({"block_length": 4, "batch_size": 2, "long_examples": "cut"}, ValueError, "'cut'"),

@@ -11,6 +11,8 @@ import time
 
 import keras
 import pytest
+
+import cli
 import tensorflow as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -189,10 +191,8 @@ def test_a_run_resumes_on_another_number_of_replicas_at_the_same_global_budget(
 
 # ----------------------------------------------------------------------------- the binary
 
-def train(*args, env=None, timeout=600):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
-    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train.py"), *args],
-                          capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+def train(*args, fault=None, timeout=600):
+    return cli.run("train", *args, fault=fault, timeout=timeout)
 
 
 def common(corpus, run, **changes):
@@ -237,12 +237,8 @@ def test_changed_settings_stop_before_training_naming_each_change(tmp_path):
     assert (run / "vocab.txt").read_text() == saved_vocab
 
 
-def kill_child(corpus, run, env):
-    return subprocess.Popen(
-        [sys.executable, os.path.join(ROOT, "scripts", "train.py"),
-         *common(corpus, run, checkpoint_every=2)],
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env),
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+def kill_child(corpus, run, fault=None):
+    return cli.start("train", *common(corpus, run, checkpoint_every=2), fault=fault)
 
 
 @pytest.mark.slow
@@ -251,7 +247,7 @@ def test_sigkill_at_any_moment_then_the_same_command_continues(tmp_path, fault):
     corpus = write_corpus(tmp_path / "sorted.tsv", lines=600)
     run = tmp_path / "run"
     if fault == "random":  # an external kill at a random moment of training
-        child = kill_child(corpus, run, {})
+        child = kill_child(corpus, run)
         deadline = time.monotonic() + 300
         while not (run / "ckpt" / "checkpoint").exists() and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -259,7 +255,7 @@ def test_sigkill_at_any_moment_then_the_same_command_continues(tmp_path, fault):
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=60)
     else:
-        child = kill_child(corpus, run, {"TFSEQ_FAULT": fault})
+        child = kill_child(corpus, run, fault)
         child.wait(timeout=300)
         assert child.returncode == -signal.SIGKILL, child.stderr.read()[-2000:]
     out = train(*common(corpus, run, checkpoint_every=2))
@@ -277,7 +273,7 @@ def test_a_preempted_run_exits_non_zero_and_the_same_command_finishes_it(tmp_pat
     corpus = write_corpus(tmp_path / "sorted.tsv", lines=300)
     run = tmp_path / "run"
     flags = common(corpus, run, export="true")
-    out = train(*flags, env={"TFSEQ_FAULT": f"after_step:3:{sig}"})
+    out = train(*flags, fault=f"after_step:3:{sig}")
     # 128 + the signal, as a shell reports it: schedulers requeue, `&&` stops.
     assert out.returncode == 128 + getattr(signal, "SIG" + sig), out.stderr[-3000:]
     report = json.loads((run / "report.json").read_text())
@@ -288,7 +284,7 @@ def test_a_preempted_run_exits_non_zero_and_the_same_command_finishes_it(tmp_pat
     report = json.loads((run / "report.json").read_text())
     assert not report["interrupted"] and report["epochs"] == 1
     assert report["counters"]["train"]["seen"]["lines_read"] == 300
-    assert report["resumed_at_step"] == 3 and "resumed at step 3" in out.stdout
+    assert report["resumed_at_step"] == 3 and "continued from step 3" in out.stdout
     assert (run / "export" / "saved_model.pb").exists()
 
 

@@ -11,7 +11,7 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from tfseq._quiet import import_tensorflow as _import_tensorflow
 
-_import_tensorflow()  # a tfseq command: without TensorFlow's start-up lines
+_import_tensorflow()  # without TensorFlow's start-up lines (tfseq/_quiet.py)
 
 
 # --- foundation: reading, vocab, tokenizing, filtering, padding, stats

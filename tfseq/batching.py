@@ -18,6 +18,7 @@ import dataclasses
 import tensorflow as tf
 
 from tfseq._common import LENGTH_SUFFIX, Transform, check_positive_int, example_keys, unbatch
+from tfseq.errors import InputError
 
 
 def add_lengths(keys) -> callable:
@@ -69,12 +70,165 @@ def pad_batch(batch_size: int, *, ragged: bool = False, drop_remainder: bool = F
 
 
 # ----------------------------------------------------------------------------- the seam
+#
+# The one place that knows what each batching mode means: its budget, the flags that apply to
+# it, how it checks a task's lengths, its pools, its shape budget and its transformation. Every
+# other module asks ``mode_of(name)`` or a ``Batching``; adding a mode is a ``Mode`` subclass
+# here, registered in ``MODES``.
 
-MODES = ("pad", "bucket", "pack")
 DEFAULT_POOL_BUDGETS = 256   # bucket: budgets of tokens per pool
 PAD_POOL_BATCHES = 64        # pad: batches per pool
 PACK_POOL_BATCHES = 128      # pack: batches' worth of tokens per pool
 _FUSE_SHIFT = 32
+# The flags that size batches, and the modes each applies to (``Mode.flags``).
+MODE_FLAGS = ("batch_size", "max_tokens", "block_length", "boundaries")
+
+
+class Mode:
+    """One batching mode. Attributes: ``name``; ``description`` (one line, for ``--help``);
+    ``budget``: the ``Batching`` field that is a batch's budget (``batch_size`` rows or
+    ``max_tokens`` cells), what a resume keeps per replica; ``flags``: the ``MODE_FLAGS``
+    that apply to it; ``predicts``: inference can batch this way (one output per input)."""
+
+    name = ""
+    description = ""
+    budget = "max_tokens"
+    flags: tuple[str, ...] = ()
+    predicts = True
+
+    def check(self, b: "Batching", longest: int, pack_split: bool) -> "Batching":
+        """``b`` for a task whose examples have at most ``longest`` tokens; raises
+        ``InputError`` (naming the values) when its budgets cannot hold one."""
+        return b
+
+    def cells(self, b: "Batching", longest: int) -> int:
+        """The cells (rows x padded length) a batch may hold: evaluation's bucket budget."""
+        return b.max_tokens
+
+    def pool_size(self, b: "Batching") -> dict:
+        raise NotImplementedError
+
+    def num_shapes(self, b: "Batching") -> int:
+        raise NotImplementedError
+
+    def pool_batcher(self, b: "Batching", counter):
+        raise NotImplementedError
+
+    def transform(self, b: "Batching", *, training: bool, seed, counter) -> Transform:
+        raise NotImplementedError
+
+
+class Pad(Mode):
+    name, budget, flags = "pad", "batch_size", ("batch_size",)
+    description = "batch_size rows in arrival order, padded to the longest"
+
+    def cells(self, b, longest):
+        return b.batch_size * longest
+
+    def pool_size(self, b):
+        return {"pool_examples": PAD_POOL_BATCHES * b.batch_size}
+
+    def num_shapes(self, b):
+        return 1
+
+    def pool_batcher(self, b, counter):
+        return _PadPools(b.batch_size, b.max_length if b.static_shapes else None)
+
+    def transform(self, b, *, training, seed, counter):
+        if b.static_shapes and training:
+            pools = _PadPools(b.batch_size, b.max_length)
+            return lambda ds: pad_batch(b.batch_size, ragged=True, prefetch=False)(
+                ds).map(pools.finish, num_parallel_calls=tf.data.AUTOTUNE)
+        return pad_batch(b.batch_size)
+
+
+class Bucket(Mode):
+    name, flags = "bucket", ("max_tokens", "boundaries")
+    description = "examples of similar length under a max_tokens budget"
+
+    def check(self, b, longest, pack_split):
+        if b.max_tokens < longest:
+            raise InputError(f"max_tokens={b.max_tokens} cannot hold one example of {longest} "
+                             "tokens (max_length); raise max_tokens or lower max_length")
+        return b
+
+    def pool_size(self, b):
+        return {"pool_tokens": DEFAULT_POOL_BUDGETS * b.max_tokens}
+
+    def num_shapes(self, b):
+        return len(b._static_bounds())
+
+    def pool_batcher(self, b, counter):
+        from tfseq.bucketing import Bucketer
+        return Bucketer(**b._bucket_args(shuffle=True, seed=0, static=b.static_shapes),
+                        counter=counter)
+
+    def transform(self, b, *, training, seed, counter):
+        from tfseq.bucketing import bucket_by_length
+        args = b._bucket_args(shuffle=training, seed=seed, static=b.static_shapes and training)
+        if b.pool_examples:
+            args["pool_size"] = b.pool_examples
+        return bucket_by_length(**args, counter=counter)
+
+
+class Pack(Mode):
+    name, flags, predicts = "pack", ("max_tokens", "block_length"), False
+    description = "rows of block_length tokens holding several examples, max_tokens a batch"
+
+    def check(self, b, longest, pack_split):
+        block = b.block_length
+        widest = block if isinstance(block, int) else max(block)
+        if b.max_tokens < widest:
+            raise InputError(f"max_tokens={b.max_tokens} is smaller than one packed row "
+                             f"of {widest} tokens (block_length)")
+        if widest < longest:
+            if not (pack_split and isinstance(block, int)):
+                raise InputError(f"block_length={block}: the longest row is shorter than an "
+                                 f"example may be ({longest} tokens); add a longer row, or "
+                                 "lower max_length")
+            return dataclasses.replace(b, long_examples="split")
+        return b
+
+    def pool_size(self, b):
+        return {"pool_tokens": PACK_POOL_BATCHES * b.max_tokens}
+
+    def num_shapes(self, b):
+        return len(b.block_length) if isinstance(b.block_length, tuple) else 1
+
+    def pool_batcher(self, b, counter):
+        fused = _Fused(b._packer(counter), b.aligned)
+        return _FullRows(fused, b.max_tokens) if b.static_shapes else fused
+
+    def transform(self, b, *, training, seed, counter):
+        fused = _Fused(b._packer(counter), b.aligned)
+        if b.static_shapes and training:
+            full = _FullRows(fused, b.max_tokens)
+            return lambda ds: fused.transform(ds).map(full.fill,
+                                                      num_parallel_calls=tf.data.AUTOTUNE)
+        return fused.transform
+
+
+MODES: dict[str, Mode] = {m.name: m for m in (Pad(), Bucket(), Pack())}
+
+
+def mode_of(name: str) -> Mode:
+    """The ``Mode`` called ``name``.
+
+    Raises:
+      InputError: an unknown mode (naming the known ones).
+    """
+    if name not in MODES:
+        raise InputError(f"Unknown batching {name!r}; expected one of {tuple(MODES)}")
+    return MODES[name]
+
+
+def flag_refused(flag: str, mode: str) -> str:
+    """The message for a ``MODE_FLAGS`` flag given with a mode it does not apply to."""
+    modes = [m.name for m in MODES.values() if flag in m.flags]
+    hints = {"batch_size": " (use --max_tokens for a token budget)",
+             "max_tokens": " (use --batch_size)"}
+    return (f"--{flag} applies to --batching={' or '.join(modes)}, not --batching={mode}"
+            + (hints.get(flag, "") if mode_of(mode).budget != MODES[modes[0]].budget else ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +238,7 @@ class Batching:
 
     A task says which mode and budgets; the seam gives the streaming transformation (evaluation,
     ``training_pipeline``), the pool batcher of a resumable stream (``tfseq.resumable``) and the
-    pools' size, so a task never branches on the mode.
+    pools' size, so a task never branches on the mode (each mode is a ``Mode`` in ``MODES``).
 
     Attributes:
       mode: ``"pad"`` (``batch_size`` rows in arrival order), ``"bucket"`` (``max_tokens``
@@ -111,9 +265,11 @@ class Batching:
         pad_to_boundary=True, fill_rows=True)``); ``"pack"`` fills each batch to
         ``max_tokens // row length`` rows. Added rows have no token and weigh 0 (a
         ``"weight"`` of 0, or no segment). Evaluation batches are not changed.
+      pool_examples: ``"bucket"``'s streaming transformation: a pool closes at this many
+        examples (bounds its memory; ``None``: by tokens).
 
     Raises:
-      ValueError: an unknown mode or a budget that is not positive (naming it).
+      InputError: an unknown mode; ValueError: a budget that is not positive (naming it).
     """
 
     mode: str = "bucket"
@@ -126,13 +282,40 @@ class Batching:
     long_examples: str = "truncate"
     aligned: tuple[tuple[str, str], ...] = ()
     static_shapes: bool = False
+    pool_examples: int | None = None
 
     def __post_init__(self):
-        if self.mode not in MODES:
-            raise ValueError(f"Unknown batching {self.mode!r}; expected one of {MODES}")
+        mode_of(self.mode)
         check_positive_int("batch_size", self.batch_size)
         check_positive_int("max_tokens", self.max_tokens)
         check_positive_int("max_length", self.max_length, allow_none=True)
+
+    @classmethod
+    def for_examples(cls, mode: str, *, longest: int, pack_split: bool = False,
+                     block_length=128, boundaries=(), **kwargs) -> "Batching":
+        """The batching of examples of at most ``longest`` tokens: ``block_length`` a sorted
+        tuple (or one int), ``boundaries`` cut at ``longest``; ``pack_split``: with one row
+        length, split longer examples across rows instead of refusing them (lm).
+
+        Raises:
+          InputError: a budget that cannot hold one example of ``longest`` tokens, or row
+            lengths whose longest is shorter than that (naming the values).
+        """
+        if isinstance(block_length, (list, tuple)):
+            block = tuple(sorted(set(int(b) for b in block_length)))
+            block_length = block[0] if len(block) == 1 else block
+        b = cls(mode, max_length=longest, block_length=block_length,
+                boundaries=tuple(x for x in boundaries if x <= longest), **kwargs)
+        return mode_of(mode).check(b, longest, pack_split)
+
+    @property
+    def budget(self) -> str:
+        """The field that is this mode's budget (``batch_size`` or ``max_tokens``)."""
+        return mode_of(self.mode).budget
+
+    def cells(self, longest: int) -> int:
+        """The cells a batch may hold (pad: ``batch_size`` rows of ``longest``)."""
+        return mode_of(self.mode).cells(self, longest)
 
     def scaled(self, n: int) -> "Batching":
         """The batching of one global batch shared by ``n`` replicas: ``n`` times the rows
@@ -144,57 +327,25 @@ class Batching:
     def pool_size(self) -> dict:
         """When a resumable stream's pool closes: ``{"pool_tokens": n}`` or
         ``{"pool_examples": n}``."""
-        if self.mode == "pad":
-            return {"pool_examples": PAD_POOL_BATCHES * self.batch_size}
-        if self.mode == "bucket":
-            return {"pool_tokens": DEFAULT_POOL_BUDGETS * self.max_tokens}
-        return {"pool_tokens": PACK_POOL_BATCHES * self.max_tokens}
+        return mode_of(self.mode).pool_size(self)
 
     @property
     def num_shapes(self) -> int | None:
         """With ``static_shapes``: the most distinct training batch shapes (what a
         jit-compiled step compiles); None without it."""
-        if not self.static_shapes:
-            return None
-        if self.mode == "pad":
-            return 1
-        if self.mode == "bucket":
-            return len(self._static_bounds())
-        return len(self.block_length) if isinstance(self.block_length, tuple) else 1
+        return mode_of(self.mode).num_shapes(self) if self.static_shapes else None
 
     def pool_batcher(self, counter=None):
         """The pool batcher of this mode: ``pool_batches(pool, pool_seed)`` (every example of
         one pool in batches) and ``finish(element)`` (one of them -> a batch)."""
-        if self.mode == "pad":
-            return _PadPools(self.batch_size, self.max_length if self.static_shapes else None)
-        if self.mode == "bucket":
-            from tfseq.bucketing import Bucketer
-            return Bucketer(**self._bucket_args(shuffle=True, seed=0, static=self.static_shapes),
-                            counter=counter)
-        fused = _Fused(self._packer(counter), self.aligned)
-        return _FullRows(fused, self.max_tokens) if self.static_shapes else fused
+        return mode_of(self.mode).pool_batcher(self, counter)
 
     def transform(self, *, training: bool, seed: int | None = None, counter=None) -> Transform:
         """The streaming transformation: ragged batches (or examples) -> batches. With
         ``training`` the order inside pools is shuffled from ``seed`` (and ``static_shapes``
         applies); without, arrival order is kept where the mode allows (evaluation)."""
-        static = self.static_shapes and training
-        if self.mode == "pad":
-            if static:
-                pools = _PadPools(self.batch_size, self.max_length)
-                return lambda ds: pad_batch(self.batch_size, ragged=True, prefetch=False)(
-                    ds).map(pools.finish, num_parallel_calls=tf.data.AUTOTUNE)
-            return pad_batch(self.batch_size)
-        if self.mode == "bucket":
-            from tfseq.bucketing import bucket_by_length
-            return bucket_by_length(**self._bucket_args(shuffle=training, seed=seed,
-                                                        static=static), counter=counter)
-        fused = _Fused(self._packer(counter), self.aligned)
-        if static:
-            full = _FullRows(fused, self.max_tokens)
-            return lambda ds: fused.transform(ds).map(full.fill,
-                                                      num_parallel_calls=tf.data.AUTOTUNE)
-        return fused.transform
+        return mode_of(self.mode).transform(self, training=training, seed=seed,
+                                            counter=counter)
 
     def _static_bounds(self) -> tuple[int, ...]:
         """``"bucket"`` with ``static_shapes``: the padded lengths (the buckets' bounds)."""

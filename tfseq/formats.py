@@ -577,6 +577,10 @@ class Format:
       per_example: one example per record (``RECORD_FORMATS``); CoNLL's records are sentences.
       binary: records are not text: UTF-8 is checked on the parsed columns, records are named
         by number (``file: record N``), and a diagnostic pass explains unreadable files.
+      named_fields: fields are read by name (JSON keys, Example features), not by position:
+        ``--columns`` lists only the fields to read, ``_`` skips nothing.
+      token_lines: a record is a sentence of token lines (CoNLL): each column holds the
+        space-joined values of the sentence's tokens.
     """
 
     name = ""
@@ -584,6 +588,8 @@ class Format:
     per_line = True
     per_example = True
     binary = False
+    named_fields = False
+    token_lines = False
 
     def matches(self, basename: str) -> bool:
         """Whether a file (its lower-case name, without ``.gz``) is inferred to be this."""
@@ -671,7 +677,7 @@ class Text(Format):
 class JsonLines(Format):
     """One JSON object per line, columns by key (``tfseq.jsonl``)."""
 
-    name, extensions = "jsonl", (".jsonl", ".ndjson")
+    name, extensions, named_fields = "jsonl", (".jsonl", ".ndjson"), True
 
     def parse(self, records, fmt):
         from tfseq.jsonl import decode_fields
@@ -693,7 +699,7 @@ class JsonLines(Format):
 class TfRecord(Format):
     """``tf.train.Example`` records, columns by feature name (bytes or int64)."""
 
-    name, per_line, binary = "tfrecord", False, True
+    name, per_line, binary, named_fields = "tfrecord", False, True, True
 
     def matches(self, basename):
         return ".tfrecord" in basename  # also TFDS-style name.tfrecord-00000-of-00010
@@ -734,6 +740,7 @@ class Conll(Format):
     """One token per line, a blank line ends a sentence: a record per sentence."""
 
     name, extensions, per_line, per_example = "conll", (".conll", ".conllu"), False, False
+    token_lines = True
 
     def read(self, files, fmt, *, batch_size, num_shards, shard_index, in_order):
         ds = conll_sentences(files, fmt, batch_size=batch_size)

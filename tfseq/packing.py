@@ -221,7 +221,8 @@ def _checked(block_length, batch_size, max_tokens, long_examples, max_segments, 
         check_positive_int("block_length", block_length)
         longest_block = block_length
     if (batch_size is None) == (max_tokens is None):
-        raise ValueError("Give exactly one of batch_size and max_tokens; received "
+        raise ValueError("pack needs the size of a batch: give exactly one of batch_size=ROWS "
+                         "or max_tokens=CELLS; received "
                          f"batch_size={batch_size!r}, max_tokens={max_tokens!r}")
     check_positive_int("batch_size", batch_size, allow_none=True)
     check_positive_int("max_tokens", max_tokens, allow_none=True)

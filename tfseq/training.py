@@ -238,15 +238,9 @@ class Trainer:
         if not self._manager:
             return None
         step = int(self.global_step.numpy())
-        _fault_point("before_save", step)
-        if os.environ.get("TFSEQ_FAULT") == f"mid_save:{step}":  # a write cut short
-            with open(os.path.join(self.checkpoint_dir, f"ckpt-{step}.index"), "wb") as f:
-                f.write(b"\x00" * 7)
-        _fault_point("mid_save", step)
         start = time.perf_counter()
         path = self._manager.save(checkpoint_number=step)
         self.timings["save"].append(time.perf_counter() - start)
-        _fault_point("after_save", step)
         logging.info("Saved checkpoint %s (epoch %d, step %d in epoch)", path,
                      int(self.epoch.numpy()), int(self.step_in_epoch.numpy()))
         return path
@@ -517,7 +511,7 @@ class Trainer:
                     if flag.raised or (max_steps is not None and steps_this_call >= max_steps):
                         path = self.save()
                         if flag.raised:
-                            logging.warning("%s received: saved %s and stopped", flag.raised, path)
+                            logging.info("%s received: saved %s and stopped", flag.raised, path)
                         return TrainResult(epoch, int(self.global_step.numpy()), True, history,
                                            time.perf_counter() - start, flag.raised)
                     if self.steps_per_execution > 1 and steps_this_call and self._log_keys:
@@ -561,7 +555,6 @@ class Trainer:
                     self.step_in_epoch.assign_add(1)
                     self.global_step.assign_add(1)
                     steps_this_call += 1
-                    _fault_point("after_step", int(self.global_step.numpy()))
                     last_line = self._show(bar, logs, epoch, epoch_start, last_line, verbose)
                     if self.on_step:
                         self.on_step(int(self.global_step.numpy()), logs)
@@ -677,20 +670,6 @@ def _number(prefix: str) -> int:
     """``ckpt-12`` / ``ckpt-12_temp`` -> 12 (-1 if none)."""
     digits = prefix[len("ckpt-"):].split("_")[0]
     return int(digits) if digits.isdigit() else -1
-
-
-def _fault_point(name: str, step: int) -> None:
-    """Test hook: ``TFSEQ_FAULT=<name>:<step>`` kills this process (SIGKILL) at that point;
-    ``TFSEQ_FAULT=<name>:<step>:TERM`` (or ``:INT``) sends it that signal instead, as a
-    scheduler preempting the job would."""
-    wanted = os.environ.get("TFSEQ_FAULT")
-    if not wanted or not wanted.startswith(f"{name}:{step}"):
-        return
-    rest = wanted[len(f"{name}:{step}"):]
-    if rest == "":
-        os.kill(os.getpid(), signal.SIGKILL)
-    elif rest in (":TERM", ":INT"):
-        os.kill(os.getpid(), getattr(signal, "SIG" + rest[1:]))
 
 
 class ReplicaTrainer(Trainer):
