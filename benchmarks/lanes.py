@@ -1,6 +1,7 @@
 """Lanes: K independent copies of a pipeline over a split of the files, merged in a fixed
 order, so sequential stages (a file interleave, a block reader's carried line, a map that
-AUTOTUNE gives few threads) run K at a time.
+AUTOTUNE gives few threads) run K at a time. An experiment of ``python -m benchmarks.scaling
+--lanes``, kept with its benchmark rather than in the library.
 
 Lane ``l`` of K reads files ``l, l + K, l + 2K, ...`` and runs ``build`` on them, on its own
 background thread (a ``prefetch`` at its end). The lanes' outputs are taken one element from
@@ -12,20 +13,19 @@ in exactly one lane, so a pass has every element exactly once whenever each lane
 K is configuration, not the core count: with a batching stage inside the lanes it changes the
 batches (each lane pools only its own files). With K = 1 the result is ``build(files, 0)``.
 
-Where lanes pay (``scripts/bench_scaling.py --lanes``, docs/benchmarks.md): reading and
-tokenizing. On a 16-core machine (47.9M real tokens a pass, in-graph) ``text_lines`` +
-``tokenize`` in 4 lanes gave 30.9 and 37.4M tokens/s against 15.8 and 20.2M for one chain, at
-the same CPU per token (226-228 ns against 234-241). Bucketing or packing *inside* each lane
-was slower than one batching stage (bucket 12.6-14.8M in 4 lanes, 3.5M in 16, against 26.1-26.6M
-for one chain; the cores sat idle, likely because each lane's pools fill and drain in turn
-and the fixed merge order waits for the slowest lane). So: read and tokenize in lanes, batch
-once after the merge::
+Where lanes pay (docs/benchmarks.md): reading and tokenizing. On a 16-core machine (47.9M real
+tokens a pass, in-graph) ``text_lines`` + ``tokenize`` in 4 lanes gave 30.9 and 37.4M tokens/s
+against 15.8 and 20.2M for one chain, at the same CPU per token (226-228 ns against 234-241).
+Bucketing or packing *inside* each lane was slower than one batching stage (bucket 12.6-14.8M
+in 4 lanes, 3.5M in 16, against 26.1-26.6M for one chain; the cores sat idle, likely because
+each lane's pools fill and drain in turn and the fixed merge order waits for the slowest lane).
+So: read and tokenize in lanes, batch once after the merge::
 
     def read(files, index):
         del index
         return tfseq.text_lines(files, batch_size=512).apply(tfseq.tokenize(vocab))
 
-    tokens = tfseq.in_lanes("corpus/*.txt", read, num_lanes=4)
+    tokens = in_lanes("corpus/*.txt", read, num_lanes=4)
     batches = tokens.apply(tfseq.bucket_by_length(max_tokens=8192, seed=1))
 """
 
@@ -35,10 +35,14 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
-from tfseq._common import check_positive_int
 from tfseq.reading import resolve_files
 
 DEFAULT_LANE_BUFFER = 2   # elements each lane prepares ahead on its own thread
+
+
+def check_positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int; received {name}={value!r}")
 
 
 def lane_files(files: Sequence[str], num_lanes: int) -> list[list[str]]:
