@@ -61,9 +61,9 @@ def embedded_rows() -> list[tuple[str, str]]:
 
     import tfseq
 
+    english = tfseq.corpus_path()  # the Spanish file beside it (an older tree may lack it)
     rows = []
-    for name in ("kjv_en", "rv1909_es"):
-        path = tfseq.corpus_path(name)
+    for path in (english, os.path.join(os.path.dirname(english), "rv1909_es.tsv.gz")):
         if os.path.exists(path):
             with gzip.open(path, "rt", encoding="utf-8") as f:
                 for line in f:

@@ -47,6 +47,7 @@ plain-text files and read ``--copies`` times, a stream many bucketing pools long
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -99,6 +100,16 @@ def _text_of(lines, field):
     return lines if field < 0 else tf.strings.split(lines, "\t").to_tensor("")[:, field]
 
 
+def parallelism(**settings):
+    """``tfseq.experimental.parallelism(**settings)`` for the pipelines built inside; nothing
+    when every setting is None (the defaults), so an older tree without it runs too."""
+    if all(value is None for value in settings.values()):
+        return contextlib.nullcontext()
+    from tfseq.experimental import parallelism as experimental_parallelism
+
+    return experimental_parallelism(**settings)
+
+
 def tokenize_calls():
     """``--tokenize_parallel`` as ``tokenize``'s ``num_parallel_calls`` (None: its default)."""
     value = FLAGS.tokenize_parallel
@@ -113,7 +124,6 @@ def build_feeds(files, vocab, parallel):
 
     import tfseq
     from benchmarks import lanes as lanes_module
-    from tfseq.experimental import parallelism
 
     def raw():
         ds = tfseq.text_lines(files, batch_size=FLAGS.read_batch)
@@ -201,7 +211,6 @@ def stream_feed(files, vocab, mode):
     import tensorflow as tf
 
     import tfseq
-    from tfseq.experimental import parallelism
 
     tok = tfseq.text.get_tokenizer()
     batching = tfseq.Batching(mode=mode, max_tokens=FLAGS.max_tokens,
