@@ -247,12 +247,11 @@ def test_pipeline(tmp_path):
     data = write_lines(tmp_path / "rows.txt", [text for _, text in ROWS])
     out = run_benchmark("pipeline", tmp_path, f"--files={data}", "--field=-1", "--copies=2",
                         "--repeats=1", "--read_batch=64", "--max_tokens=256",
-                        "--max_length=16", "--feeds=pack,python")
+                        "--max_length=16", "--feeds=python")
     rows = out["rows"]
     # Every feed reads the same lines (two copies of the file) and delivers the same tokens.
     assert [r["feed"] for r in rows] == [
-        "raw read+tokenize+lookup", "tfseq full pipeline", "tfseq full pipeline, pack",
-        "tfseq pack, 3 row lengths", "python generator feed"]
+        "raw read+tokenize+lookup", "tfseq full pipeline", "python generator feed"]
     assert {r["real_tokens"] for r in rows} == {2 * ROW_WORDS}
     assert out["flags"]["copies"] == 2 and len(out["files"]) == 2
     assert rows[1]["tfseq_over_feed"] == 1.0
@@ -264,7 +263,7 @@ def test_scaling_child_feeds_deliver_the_same_tokens_at_any_parallelism(tmp_path
     files = [write_lines(tmp_path / f"part{i}.txt", [t for _, t in ROWS[i::2]]) for i in (0, 1)]
     (tmp_path / "copies").mkdir()
     with loaded("scaling", "--copies=2", "--repeats=1", "--parallel=1,2",
-                "--feeds=raw,bucket,pack,read,plain,stream_pack", "--tokenize_parallel=2",
+                "--feeds=raw,bucket,read,stream_pack", "--tokenize_parallel=2",
                 "--read_batch=32", "--max_tokens=256", "--max_length=16", "--nosteady",
                 "--python_loop=false") as scaling:
         rows = scaling.run_child(files, harness.linked_copies(files, 2, str(tmp_path / "copies")))
@@ -272,11 +271,9 @@ def test_scaling_child_feeds_deliver_the_same_tokens_at_any_parallelism(tmp_path
     assert by_feed["read"]["lines"] == 2 * 200
     tokens = {name: r["real_tokens"] for name, r in by_feed.items() if name != "read"}
     # The same tokens at any parallelism of the batching stages (and of the stream's
-    # encoding, --tokenize_parallel); plain reads one copy of the files.
+    # encoding, --tokenize_parallel).
     assert tokens == {"raw": 2 * ROW_WORDS, "bucket parallel=1": 2 * ROW_WORDS,
-                      "pack parallel=1": 2 * ROW_WORDS, "bucket parallel=2": 2 * ROW_WORDS,
-                      "pack parallel=2": 2 * ROW_WORDS, "stream_pack": 2 * ROW_WORDS,
-                      "plain": ROW_WORDS}
+                      "bucket parallel=2": 2 * ROW_WORDS, "stream_pack": 2 * ROW_WORDS}
     assert by_feed["raw"]["vs_raw"] == 1.0 and by_feed["read"]["lines_per_second"] > 0
 
 
