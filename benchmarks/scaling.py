@@ -74,8 +74,9 @@ flags.DEFINE_list("parallel", ["default"], "Parallelism of the bucket and pack s
                   "or parts at once), one run of those feeds each; 'default' leaves it to "
                   "them.")
 flags.DEFINE_list("lanes", [], "Also run raw, bucket and pack as K lanes (benchmarks/lanes.py: "
-                  "K whole pipelines over a round-robin split of the files, merged in a fixed order), "
-                  "one run per K; inside a lane pools and parts are --lane_parallel at once.")
+                  "K whole pipelines over a round-robin split of the files, merged in a fixed "
+                  "order), one run per K; inside a lane pools and parts are --lane_parallel at "
+                  "once.")
 flags.DEFINE_integer("lane_reads", 1, "Files each lane reads at once (text_lines' "
                      "num_parallel_reads inside a lane).")
 flags.DEFINE_integer("lane_buffer", 2, "Elements each lane prepares ahead (in_lanes' buffer).")

@@ -4,8 +4,8 @@ Every scheme trains a fresh copy of the same small classifier (Embedding(mask_ze
 LSTM -> Dense, predicting the verse's book from its text) on the same ``--examples`` examples
 for one pass, with batches of at most ``--max_tokens`` cells (rows x padded length). It prints
 one table (steps, padding efficiency, real (non-pad) tokens per wall second and per CPU second
-of the process through ``model.fit``, speed-ups over plain padding) and writes it as JSON. Each scheme first runs a few warm-up steps
-so that tracing is not timed.
+of the process through ``model.fit``, speed-ups over plain padding) and writes it as JSON.
+Each scheme first runs a few warm-up steps so that tracing is not timed.
 
 Usage:
   python -m benchmarks.training --json_out=bench_out/training.json

@@ -25,18 +25,18 @@ FLAGS = flags.FLAGS
 
 
 @contextlib.contextmanager
-def loaded(name, *argv):
-    """``benchmarks.<name>`` imported afresh with ``argv``'s flags parsed, as ``python -m`` would
-    start it; its flags are removed after (benchmarks define flags of the same names)."""
+def loaded(module_name, *argv):
+    """The module imported afresh with ``argv``'s flags parsed, as ``python -m`` would start
+    it; its flags are removed after (benchmarks define flags of the same names)."""
     before = set(FLAGS)
-    sys.modules.pop(f"benchmarks.{name}", None)
+    sys.modules.pop(module_name, None)
     try:
-        module = importlib.import_module(f"benchmarks.{name}")
+        module = importlib.import_module(module_name)
         FLAGS.json_out = None
-        FLAGS([f"benchmarks/{name}.py", *argv])
+        FLAGS([module_name, *argv])
         yield module
     finally:
-        sys.modules.pop(f"benchmarks.{name}", None)
+        sys.modules.pop(module_name, None)
         for flag in set(FLAGS) - before:
             delattr(FLAGS, flag)
 
@@ -44,7 +44,7 @@ def loaded(name, *argv):
 def run_benchmark(name, tmp_path, *argv):
     """Runs ``python -m benchmarks.<name> argv --json_out=...`` in this process; its JSON."""
     out = tmp_path / f"{name}.json"
-    with loaded(name, *argv, f"--json_out={out}") as module:
+    with loaded(f"benchmarks.{name}", *argv, f"--json_out={out}") as module:
         module.main([name])
     return json.loads(out.read_text())
 
@@ -150,24 +150,11 @@ def test_per_core_count_runs_a_pinned_child_with_this_runs_flags(tmp_path, monke
     (tmp_path / "fake_benchmark.py").write_text(FAKE_BENCHMARK)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{ROOT}")
-    with loaded_module("fake_benchmark", "--size=7", "--repeats=2", "--cores=1,9999"):
+    with loaded("fake_benchmark", "--size=7", "--repeats=2", "--cores=1,9999"):
         rows = harness.per_core_count("fake_benchmark", ["1", "9999"])
     # One child, pinned to one core, given --size and --repeats (but not --cores); no
     # machine has 9,999 cores.
     assert rows == [{"cores": 1, "size": 7, "repeats": 2}]
-
-
-@contextlib.contextmanager
-def loaded_module(name, *argv):
-    before = set(FLAGS)
-    try:
-        importlib.import_module(name)
-        FLAGS([name, *argv])
-        yield
-    finally:
-        sys.modules.pop(name, None)
-        for flag in set(FLAGS) - before:
-            delattr(FLAGS, flag)
 
 
 def test_make_bench_runs_every_benchmark_as_a_module():
@@ -262,7 +249,7 @@ def test_pipeline(tmp_path):
 def test_scaling_child_feeds_deliver_the_same_tokens_at_any_parallelism(tmp_path):
     files = [write_lines(tmp_path / f"part{i}.txt", [t for _, t in ROWS[i::2]]) for i in (0, 1)]
     (tmp_path / "copies").mkdir()
-    with loaded("scaling", "--copies=2", "--repeats=1", "--parallel=1,2",
+    with loaded("benchmarks.scaling", "--copies=2", "--repeats=1", "--parallel=1,2",
                 "--feeds=raw,bucket,read,stream_pack", "--tokenize_parallel=2",
                 "--read_batch=32", "--max_tokens=256", "--max_length=16", "--nosteady",
                 "--python_loop=false") as scaling:
@@ -280,7 +267,7 @@ def test_scaling_child_feeds_deliver_the_same_tokens_at_any_parallelism(tmp_path
 def test_raw_scaling_child_variants_count_the_same(tmp_path):
     files = [write_lines(tmp_path / f"part{i}.txt", [t for _, t in ROWS[i::2]]) for i in (0, 1)]
     (tmp_path / "copies").mkdir()
-    with loaded("raw_scaling", "--copies=2", "--repeats=1",
+    with loaded("benchmarks.raw_scaling", "--copies=2", "--repeats=1",
                 "--variants=raw,raw_mapcount,raw_fixed,raw_nolookup,read,tok_alone") as raw:
         rows = raw.run_child(files, harness.linked_copies(files, 2, str(tmp_path / "copies")))
     counts = {r["variant"]: (r["count"], r["unit"]) for r in rows}
@@ -331,7 +318,7 @@ def test_tbptt_worker_trains_an_own_file_on_its_field(tmp_path):
         f"k{i}\t" + " ".join(f"w{(i * j + j) % 50}" for j in range(1, 7)) for i in range(300)])
     work = tmp_path / "work"
     work.mkdir()
-    with loaded("tbptt", f"--files={data}", "--field=1", "--train_tokens=200",
+    with loaded("benchmarks.tbptt", f"--files={data}", "--field=1", "--train_tokens=200",
                 "--eval_tokens=40", "--chunk_length=4", "--batch_size=4", "--max_vocab=100",
                 "--units=4", "--embedding_dim=4") as tbptt:
         prepared = tbptt.prepare(str(work))
@@ -357,7 +344,7 @@ def test_tbptt_worker_trains_an_own_file_on_its_field(tmp_path):
 
 
 def test_predict_corpus_has_log_normal_word_counts(tmp_path):
-    with loaded("predict") as predict:
+    with loaded("benchmarks.predict") as predict:
         counts = predict.write_corpus(str(tmp_path / "c.txt"), 500, 12.0, 1.0, seed=0)
     lines = (tmp_path / "c.txt").read_text().splitlines()
     assert [len(line.split()) for line in lines] == counts and len(counts) == 500
@@ -379,7 +366,7 @@ def test_mixing(tmp_path):
 
 
 def test_mean_tv_against_the_corpus_mix():
-    with loaded("mixing") as mixing:
+    with loaded("benchmarks.mixing") as mixing:
         # The corpus is half and half; a one-label batch is 0.5 away from it, a mixed one 0.
         assert mixing.mean_tv(np.array([[2, 0], [0, 2], [1, 1]])) == pytest.approx(1 / 3)
 
@@ -411,7 +398,7 @@ def test_vocab(tmp_path):
 
 
 def test_startup_corpus_is_sorted_by_label_and_its_binary_is_there(tmp_path):
-    with loaded("startup") as startup:
+    with loaded("benchmarks.startup") as startup:
         info = startup.write_corpus(str(tmp_path / "c.tsv"), 0.2, seed=0)
         assert os.path.samefile(FLAGS.train_py, os.path.join(ROOT, "scripts", "train.py"))
     labels = [line.split("\t")[0] for line in open(tmp_path / "c.tsv")]
@@ -450,7 +437,7 @@ def test_steps(tmp_path):
 @pytest.fixture(name="convergence")
 def convergence_fixture():
     """``benchmarks.convergence`` with its default flags."""
-    with loaded("convergence") as module:
+    with loaded("benchmarks.convergence") as module:
         yield module
 
 
@@ -555,7 +542,8 @@ def test_skewed_corpus_has_long_tailed_lengths_and_four_labels(convergence, tmp_
 
 
 def test_epochs_to_run_fixed_count_or_until_the_time_budget_is_spent(convergence):
-    assert [convergence.epochs_to_run(n, 99.0, None, 3, 30) for n in (0, 2, 3)] == [True, True, False]
+    assert [convergence.epochs_to_run(n, 99.0, None, 3, 30) for n in (0, 2, 3)] == [
+        True, True, False]
     # Under a budget: the epoch count does not matter, the spent seconds do (the last epoch
     # may overshoot), up to max_epochs.
     assert convergence.epochs_to_run(5, 9.9, 10.0, 3, 30)
@@ -642,13 +630,15 @@ def test_task_config_per_corpus(convergence):
     task, pack = convergence.task_config("classify", "pack", 3, {"verses": "/d/verses.txt"})
     assert (task.name, pack.files, pack.batching, pack.seed) == (
         "classify", ("/d/verses.txt",), "pack", 3)
-    _, tfdata = convergence.task_config("classify", "tfdata", 0, {"skewed": ("/d/t.tsv", "/d/e.tsv")})
+    _, tfdata = convergence.task_config("classify", "tfdata", 0,
+                                        {"skewed": ("/d/t.tsv", "/d/e.tsv")})
     assert (tfdata.train_files, tfdata.eval_files, tfdata.format, tfdata.columns,
             tfdata.max_length, tfdata.batching) == (
         ("/d/t.tsv",), ("/d/e.tsv",), "tsv", ("label", "text"), 120, "bucket")
     _, lm = convergence.task_config("lm", "pad:16", 0, {"skewed": ("/d/t.tsv", "/d/e.tsv")})
     assert (lm.columns, lm.batch_size) == (("_", "text"), 16)
-    task, tag = convergence.task_config("tag", "pad", 1, {"brown": ("/d/train.conll", "/d/eval.conll")})
+    task, tag = convergence.task_config("tag", "pad", 1,
+                                        {"brown": ("/d/train.conll", "/d/eval.conll")})
     assert (task.name, tag.train_files, tag.eval_files, tag.format, tag.columns) == (
         "tag", ("/d/train.conll",), ("/d/eval.conll",), "conll", ("token", "tag"))
     assert (tag.max_length, task.longest(tag), tag.batch_size, tag.lowercase) == (64, 64, 32, False)
