@@ -37,13 +37,13 @@ test-all: test test-slow
 test-fast: test
 
 BENCHES := batching training packing pipeline scaling splitting attention tbptt predict mixing \
-           multislot vocab setup sources steps
+           multislot vocab startup sources steps
 
 bench: $(STAMP)
 	mkdir -p bench_out
 	@for b in $(BENCHES); do \
-	  echo "== scripts/bench_$$b.py"; \
-	  $(PY) scripts/bench_$$b.py --json_out=bench_out/$$b.json || exit 1; \
+	  echo "== python -m benchmarks.$$b"; \
+	  $(PY) -m benchmarks.$$b --json_out=bench_out/$$b.json || exit 1; \
 	done
 
 clean:

@@ -1,10 +1,11 @@
 """tfseq: variable-length sequence input pipelines and models for TensorFlow.
 
 The repository keeps its layout (``tfseq/`` the library, ``pipelines/`` the tasks, ``models/``
-their Keras models, ``scripts/`` the binaries); the wheel maps the last three into the ``tfseq``
-namespace (``tfseq.pipelines``, ``tfseq.models``, ``tfseq.scripts``), so ``tfseq`` is its only
-top-level package. In a checkout the editable install (``pip install -e .``, what ``make`` runs;
-PEP 660, ``setuptools>=64`` per ``pyproject.toml``) maps them the same way.
+their Keras models, ``scripts/`` the five commands); the wheel maps the last three into the
+``tfseq`` namespace (``tfseq.pipelines``, ``tfseq.models``, ``tfseq.scripts``), so ``tfseq`` is
+its only top-level package; ``benchmarks/`` and ``tools/`` stay out of it. In a checkout the
+editable install (``pip install -e .``, what ``make`` runs; PEP 660, ``setuptools>=64`` per
+``pyproject.toml``) maps them the same way.
 """
 
 import os

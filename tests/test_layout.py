@@ -69,7 +69,7 @@ EDIT = r"sys\.path\.(insert|append)|PYTHONPATH[\"']?\s*[:=]\s*ROOT"
 
 def test_no_sys_path_edits_anywhere():
     edits = []
-    for folder in [*PACKAGES.values(), "tests"]:
+    for folder in [*PACKAGES.values(), "benchmarks", "tools", "tests"]:
         for dirpath, _, filenames in os.walk(os.path.join(ROOT, folder)):
             for filename in filenames:
                 if filename.endswith(".py"):

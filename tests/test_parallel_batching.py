@@ -1,9 +1,9 @@
 """Batching stages that run on several cores give the same batches at any parallelism.
 
-``bucket_by_length`` sorts and cuts pools in parallel (``num_parallel_pools``) and batches the
-pools' set-aside tails together in a small sequential stage; ``pack`` packs parts in parallel
-(``num_parallel_parts``). Neither knob, nor ``tf.data.Options`` that ask for nondeterminism
-or other parallelism, may change a single tensor of any batch.
+``bucket_by_length`` sorts and cuts pools in parallel and batches the pools' set-aside tails
+together in a small sequential stage; ``pack`` packs parts in parallel. Neither the number of
+pools or parts at once (``tfseq.experimental.parallelism``), nor ``tf.data.Options`` that ask
+for nondeterminism or other parallelism, may change a single tensor of any batch.
 """
 
 import collections
@@ -14,6 +14,7 @@ import tensorflow as tf
 from conftest import to_list
 
 import tfseq
+from tfseq.experimental import parallelism
 
 
 def examples(lengths):
@@ -36,16 +37,16 @@ def nondeterministic(ds):
 
 
 def bucketed(parallel, options=False, **kwargs):
-    ds = examples(LENGTHS).batch(64).apply(tfseq.bucket_by_length(
-        max_tokens=256, pool_tokens=4096, seed=5, num_parallel_pools=parallel,
-        counter=tfseq.DropCounter(), **kwargs))
+    with parallelism(pools_and_parts=parallel):
+        ds = examples(LENGTHS).batch(64).apply(tfseq.bucket_by_length(
+            max_tokens=256, pool_tokens=4096, seed=5, counter=tfseq.DropCounter(), **kwargs))
     return to_list(nondeterministic(ds) if options else ds)
 
 
 def packed(parallel, options=False):
-    ds = examples(LENGTHS).batch(64).apply(tfseq.pack(
-        64, max_tokens=256, long_examples="drop", seed=5, num_parallel_parts=parallel,
-        counter=tfseq.DropCounter()))
+    with parallelism(pools_and_parts=parallel):
+        ds = examples(LENGTHS).batch(64).apply(tfseq.pack(
+            64, max_tokens=256, long_examples="drop", seed=5, counter=tfseq.DropCounter()))
     return to_list(nondeterministic(ds) if options else ds)
 
 
@@ -70,8 +71,9 @@ def test_bucketing_with_buckets_and_multiples_is_the_same_at_any_parallelism():
 
 
 def test_bucketing_keeps_the_budget_and_fills_batches():
-    out = to_list(examples(LENGTHS).batch(64).apply(tfseq.bucket_by_length(
-        max_tokens=1024, pool_tokens=16384, seed=5, num_parallel_pools=2)))
+    with parallelism(pools_and_parts=2):
+        out = to_list(examples(LENGTHS).batch(64).apply(tfseq.bucket_by_length(
+            max_tokens=1024, pool_tokens=16384, seed=5)))
     cells = [len(b["ids"]) * len(b["ids"][0]) for b in out]
     real = sum(sum(b["ids_length"]) for b in out)
     assert max(cells) <= 1024
@@ -100,10 +102,31 @@ def test_packing_is_the_same_at_any_parallelism():
     assert segments == {i: 1 for i in range(len(LENGTHS))}
 
 
-@pytest.mark.parametrize("name", ["num_parallel_pools", "num_parallel_parts"])
+@pytest.mark.parametrize("name", ["pools_and_parts", "encode_calls"])
 def test_parallelism_must_be_positive(name):
-    make = tfseq.bucket_by_length if name == "num_parallel_pools" else (
-        lambda **kw: tfseq.pack(8, **kw))
-    with pytest.raises(ValueError, match=name):
-        make(max_tokens=64, **{name: 0})
+    with pytest.raises(ValueError, match=f"{name} must be positive; received {name}=0"):
+        with parallelism(**{name: 0}):
+            pass
+
+
+def test_parallelism_is_set_within_its_block_only():
+    from tfseq._common import encode_calls, parallel_calls
+
+    default = parallel_calls()
+    assert 2 <= default <= 16 and encode_calls() == tf.data.AUTOTUNE
+    with parallelism(pools_and_parts=3, encode_calls=5):
+        assert (parallel_calls(), encode_calls()) == (3, 5)
+        with parallelism(pools_and_parts=1):
+            assert (parallel_calls(), encode_calls()) == (1, tf.data.AUTOTUNE)
+        assert (parallel_calls(), encode_calls()) == (3, 5)
+    assert (parallel_calls(), encode_calls()) == (default, tf.data.AUTOTUNE)
+
+
+def test_the_knobs_are_not_in_the_public_signatures():
+    import inspect
+
+    assert "num_parallel_pools" not in inspect.signature(tfseq.bucket_by_length).parameters
+    assert "num_parallel_parts" not in inspect.signature(tfseq.pack).parameters
+    assert "encode_calls" not in inspect.signature(tfseq.ResumableStream).parameters
+    assert not hasattr(tfseq, "in_lanes") and not hasattr(tfseq, "merge_lanes")
 

@@ -16,7 +16,6 @@ _import_tensorflow()  # without TensorFlow's start-up lines (tfseq/_quiet.py)
 
 # --- foundation: reading, vocab, tokenizing, filtering, padding, stats
 from tfseq.reading import text_lines
-from tfseq.lanes import in_lanes, merge_lanes  # K whole pipelines over a file split, one order
 from tfseq import shuffling
 from tfseq.text import Vocab, tokenize
 from tfseq.filtering import filter_by_length, filter_lines

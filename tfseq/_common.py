@@ -158,15 +158,27 @@ def pipeline_options() -> tf.data.Options:
 
 
 
-def parallel_calls(requested: int | None = None) -> int:
-    """Parallel calls for a stage that works on whole pools or parts: ``requested``, else the
-    cores this process may use (its affinity mask, as TensorFlow's thread pools see it), 2 to
-    16. Such stages are deterministic maps, so this changes their speed, never their output."""
-    if requested is not None:
-        return requested
+# Parallelism of the stages that work on whole pools or parts and of the resumable stream's
+# encoding; None: the defaults. Set only by ``tfseq.experimental.parallelism``.
+_PARALLELISM = {"pools_and_parts": None, "encode_calls": None}
+
+
+def parallel_calls() -> int:
+    """Parallel calls for a stage that works on whole pools or parts: the cores this process
+    may use (its affinity mask, as TensorFlow's thread pools see it), 2 to 16, unless
+    ``tfseq.experimental.parallelism`` says otherwise. Such stages are deterministic maps, so
+    this changes their speed, never their output."""
+    if _PARALLELISM["pools_and_parts"] is not None:
+        return _PARALLELISM["pools_and_parts"]
     cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
              else os.cpu_count() or 1)
     return max(2, min(16, cores))
+
+
+def encode_calls() -> int:
+    """Parallel calls of the resumable stream's encoding map: ``tf.data.AUTOTUNE``, unless
+    ``tfseq.experimental.parallelism`` says otherwise (a deterministic map: speed only)."""
+    return _PARALLELISM["encode_calls"] or tf.data.AUTOTUNE
 
 
 def lazy_cond(pred: tf.Tensor, true_fn: Callable, false_fn: Callable):

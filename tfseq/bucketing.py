@@ -12,8 +12,8 @@ a frozen dataclass; each stage runs alone on tensors):
    batches whatever the lengths) or ``pool_size`` examples, and at the end of the input
    (found by looking one input batch ahead, so it also works on each worker of the
    ``tf.data`` service). This per-batch ``scan`` only appends; steps 2-6 (``split_pool``) run
-   once per pool, ``num_parallel_pools`` pools at once (a deterministic parallel map: the
-   same batches at any parallelism).
+   once per pool, several pools at once (as many as the process has cores, 2 to 16; a
+   deterministic parallel map: the same batches at any parallelism).
 2. Examples longer than ``max_length`` are dropped and counted under ``"too_long"``.
 3. ``order_pool``: longest bucket first, a random (seeded) order inside a bucket. With no
    ``boundaries``/``bucket_width`` every length is its own bucket.
@@ -281,7 +281,6 @@ def bucket_by_length(
     pool_tokens: int | None = None,
     shuffle: bool = True,
     seed: int | None = None,
-    num_parallel_pools: int | None = None,
     counter: DropCounter | None = None,
 ) -> Transform:
     """Transformation that batches examples of similar length under a token budget.
@@ -289,7 +288,7 @@ def bucket_by_length(
     See the module docstring for the algorithm and a worked example. Every example is emitted
     exactly once per pass, or dropped and counted under ``"too_long"``. Works on infinite
     (repeated) datasets and on the ``tf.data`` service. Memory: the pools in flight (one
-    filling, up to ``num_parallel_pools`` being sorted, one being emitted) plus a tail pool
+    filling, one per core being sorted, one being emitted) plus a tail pool
     of at most ``_TAIL_POOLS`` x 9 budgets. Shuffle the examples upstream: a pool is a run of
     consecutive examples.
 
@@ -333,9 +332,6 @@ def bucket_by_length(
         ``False`` keeps the input order inside a bucket and emits longest first.
       seed: int, makes the order deterministic (a new order each pass over the dataset, the
         same sequence of orders on every run).
-      num_parallel_pools: int, pools sorted and cut at once (each on its own core); defaults
-        to the cores this process may use, 2 to 16. Speed only: the batches and their order
-        are the same for every value, and whatever ``tf.data.Options`` say.
       counter: ``tfseq.DropCounter`` where the dropped examples are counted (the
         ``"too_long"`` reason of ``filter_by_length``); defaults to the process-wide counter.
 
@@ -368,7 +364,7 @@ def bucket_by_length(
                     batch_multiple=batch_multiple, pad_to_boundary=pad_to_boundary,
                     fill_rows=fill_rows, length_noise=length_noise, pool_size=pool_size,
                     pool_tokens=pool_tokens, shuffle=shuffle, seed=seed,
-                    num_parallel_pools=num_parallel_pools, counter=counter).transform
+                    counter=counter).transform
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -394,11 +390,9 @@ class Bucketer:
     pool_tokens: int | None = None
     shuffle: bool = True
     seed: int | None = None
-    num_parallel_pools: int | None = dataclasses.field(default=None, compare=False)
     counter: DropCounter | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
-        check_positive_int("num_parallel_pools", self.num_parallel_pools, allow_none=True)
         boundaries, max_length, pool_size, pool_tokens = _checked(
             self.max_tokens, self.batch_size, self.boundaries, self.bucket_width,
             self.max_length, self.batch_multiple, self.pad_to_boundary, self.length_noise,
@@ -508,7 +502,7 @@ class Bucketer:
         # batched right after it, so a reorder buffer holds about one pool and a tail.
         tail_pools = _TAIL_POOLS if self.shuffle else 1
         plain = tf.autograph.experimental.do_not_convert
-        # Memory: the pools in flight (one filling, up to ``num_parallel_pools`` being sorted,
+        # Memory: the pools in flight (one filling, up to ``parallel_calls()`` being sorted,
         # one being emitted) plus the tail pool (at most ``tail_pools`` tails).
         pools = fill_pools(chunks, lists, measure, max_tokens=self.pool_tokens,
                            max_rows=self.pool_size)
@@ -516,7 +510,7 @@ class Bucketer:
         # and parallel; ``deterministic=True`` whatever the options say, so the batches are
         # the same at any parallelism. Only the tails (a few budgets a pool) meet in a scan.
         sorted_pools = pools.map(plain(sort_pool),
-                                 num_parallel_calls=parallel_calls(self.num_parallel_pools),
+                                 num_parallel_calls=parallel_calls(),
                                  deterministic=True)
         slices = tf.data.Dataset.from_tensor_slices
         return (sorted_pools.scan((tf.constant(0), lists.empty()), plain(merge_tails))

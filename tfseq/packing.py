@@ -54,9 +54,9 @@ Examples with no token in any feature cannot be represented by segment ids; they
 and counted as ``"empty"``.
 
 How: the input is cut into parts of about 128 batches' worth of tokens, packed independently
-of each other and in parallel (``num_parallel_parts`` at once, by default as many as the
-process has cores); each part ends with its open rows flushed, so its last batch may be
-part-filled (about 1/128 of the batches at most).
+of each other and in parallel (as many at once as the process has cores, 2 to 16); each part
+ends with its open rows flushed, so its last batch may be part-filled (about 1/128 of the
+batches at most).
 
 Each part goes to one strategy (one class each):
 
@@ -134,7 +134,6 @@ def pack(block_length: int | Sequence[int] | Mapping[str, int], *,
          batch_size: int | None = None,
          max_tokens: int | None = None, long_examples: str = "split",
          max_segments: int | None = None, window: int = 4, seed: int | None = None,
-         num_parallel_parts: int | None = None,
          counter: DropCounter | None = None) -> Transform:
     """Transformation that packs examples into batches of fixed-length rows.
 
@@ -158,9 +157,6 @@ def pack(block_length: int | Sequence[int] | Mapping[str, int], *,
       seed: if given, each group of 128 incoming examples is shuffled (stateless, from this
         seed and the group's index) before it joins the pool; ``None`` keeps the input order.
         Shuffle upstream (``Dataset.shuffle``) for a full shuffle.
-      num_parallel_parts: int, parts packed at once (each on its own core); defaults to the
-        cores this process may use, 2 to 16. Speed only: the batches and their order are the
-        same for every value, and whatever ``tf.data.Options`` say.
       counter: a ``tfseq.DropCounter``: drops ``"empty"`` and (``"drop"``) ``"too_long"``;
         emitted-but-changed examples are noted in ``counter.seen()`` as ``"split"`` or
         ``"truncated"``. Default: the process-wide counter.
@@ -188,7 +184,7 @@ def pack(block_length: int | Sequence[int] | Mapping[str, int], *,
     """
     return Packer(block_length, batch_size=batch_size, max_tokens=max_tokens,
                   long_examples=long_examples, max_segments=max_segments, window=window,
-                  seed=seed, num_parallel_parts=num_parallel_parts, counter=counter).transform
+                  seed=seed, counter=counter).transform
 
 
 def _checked(block_length, batch_size, max_tokens, long_examples, max_segments, window, seed):
@@ -257,9 +253,7 @@ class Packer:
                  batch_size: int | None = None, max_tokens: int | None = None,
                  long_examples: str = "split", max_segments: int | None = None,
                  window: int = 4, seed: int | None = None,
-                 num_parallel_parts: int | None = None, counter: DropCounter | None = None):
-        check_positive_int("num_parallel_parts", num_parallel_parts, allow_none=True)
-        self.num_parallel_parts = parallel_calls(num_parallel_parts)
+                 counter: DropCounter | None = None):
         block_length, widths, longest_block, rows, width_rows, segments = _checked(
             block_length, batch_size, max_tokens, long_examples, max_segments, window, seed)
         self.block_length, self.widths, self.longest_block = block_length, widths, longest_block
@@ -299,7 +293,7 @@ class Packer:
         # next batch.
         batches = parts.map(
             plain(lambda is_last, part, index: strategy.pack_part(is_last, lists.concat(part))),
-            num_parallel_calls=self.num_parallel_parts, deterministic=True)
+            num_parallel_calls=parallel_calls(), deterministic=True)
         return (batches.unbatch()
                 .filter(plain(lambda batch, num_rows: num_rows > 0))
                 .map(plain(strategy.finish), num_parallel_calls=tf.data.AUTOTUNE,

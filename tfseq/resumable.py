@@ -47,7 +47,8 @@ from typing import Any, Callable, Mapping
 
 import tensorflow as tf
 
-from tfseq._common import batch_lengths, example_keys, parallel_calls, pipeline_options
+from tfseq._common import (batch_lengths, encode_calls, example_keys, parallel_calls,
+                           pipeline_options)
 from tfseq._pools import PoolLists
 from tfseq.stats import CountTape, DropCounter, batch_counts, sequence_names
 
@@ -248,17 +249,13 @@ class ResumableStream:
       read_batch: records per read batch (a pool starts at one).
       token_keys: the sequence features whose real tokens and cells ``meta`` counts (the
         model's inputs); default every padded or packed sequence feature of the batch.
-      encode_calls: read batches encoded at once; default ``tf.data.AUTOTUNE``. Speed only
-        (a deterministic map). On many cores AUTOTUNE gives a tokenize map that feeds the
-        consumer directly few threads (docs/benchmarks.md#16-core-machine); a fixed count is
-        the knob to try.
     """
 
     def __init__(self, shards: RecordShards, encode: Callable, batcher, *, counter: DropCounter,
                  pool_tokens: int | None = None, pool_examples: int | None = None,
                  seed: int = 0, epoch: tf.Variable | None = None,
                  map_fn: Callable | None = None, read_batch: int = 1024,
-                 token_keys=None, encode_calls: int | None = None):
+                 token_keys=None):
         if (pool_tokens is None) == (pool_examples is None):
             raise ValueError("Give exactly one of pool_tokens and pool_examples; received "
                              f"pool_tokens={pool_tokens!r}, pool_examples={pool_examples!r}")
@@ -273,7 +270,7 @@ class ResumableStream:
         self.map_fn = map_fn
         self.read_batch = read_batch
         self.token_keys = list(token_keys) if token_keys else None
-        self.encode_calls = encode_calls
+        self._encode_calls = encode_calls()  # speed only (tfseq.experimental.parallelism)
         with tf.init_scope():
             self.shard = tf.Variable(0, dtype=tf.int64, trainable=False, name="cursor_shard")
             self.offset = tf.Variable(0, dtype=tf.int64, trainable=False, name="cursor_offset")
@@ -333,7 +330,7 @@ class ResumableStream:
             encode_keys[:] = tape.keys
             return examples, tape.vector(tape.keys), rank, offset, shard_end
 
-        encoded = records.map(encode, num_parallel_calls=self.encode_calls or tf.data.AUTOTUNE,
+        encoded = records.map(encode, num_parallel_calls=self._encode_calls,
                               deterministic=True)
         keys, _ = example_keys(encoded.element_spec[0], "ResumableStream")
         pools = self._pools(encoded, keys)

@@ -1,9 +1,9 @@
 r"""Input throughput side by side: the tfseq pipelines vs the raw limit vs what users write.
 
 Usage:
-  python scripts/bench_pipeline.py --json_out=bench_out/pipeline.json
-  python scripts/bench_pipeline.py --train_files='data/*.txt.gz' --field=-1 --repeats=3
-  python scripts/bench_pipeline.py --feeds=pack,shuffle_lines --repeats=3   # a subset
+  python -m benchmarks.pipeline --json_out=bench_out/pipeline.json
+  python -m benchmarks.pipeline --train_files='data/*.txt.gz' --field=-1 --repeats=3
+  python -m benchmarks.pipeline --feeds=pack,shuffle_lines --repeats=3   # a subset
 
 Feeds of the same lines, each run for whole epochs, in real (non-pad) tokens per second:
   raw       read + tokenize + vocab lookup alone, vectorized, consumed in the graph (the limit);
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import atexit
 import gzip
-import json
 import os
 import shutil
 import tempfile
@@ -41,7 +40,9 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
+
+from benchmarks import harness  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("files", [], "Text files (default: the embedded English corpus).")
@@ -50,10 +51,8 @@ flags.DEFINE_integer("field", 3, "0-based TSV field holding the text; -1 for the
 flags.DEFINE_integer("max_tokens", 8192, "Token budget per batch for tfseq bucketing.")
 flags.DEFINE_integer("max_length", 512, "Length cap.")
 flags.DEFINE_integer("batch_size", 64, "Batch size of the Python feed.")
-flags.DEFINE_integer("repeats", 2, "Timed passes per feed (the best is reported).")
-flags.DEFINE_integer("copies", 16, "Read each file this many times (as that many symlinked "
-                     "files): a stream several bucketing pools long, so the rate is the steady "
-                     "state and not one pool's fill-then-drain.")
+harness.define_repeats(2)
+harness.define_copies(16)
 flags.DEFINE_integer("epochs", 1, "Epochs per timed pass (repeat).")
 flags.DEFINE_boolean("map_fusion", True, "tfseq.pipeline_options() (map fusion) on every "
                      "graph feed.")
@@ -65,7 +64,6 @@ flags.DEFINE_integer("shuffle_shard_mb", 256, "shuffle_shard_bytes of the shuffl
 flags.DEFINE_list("feeds", [], "Run only these feeds (names as printed, or a word of them: "
                   "raw, pipeline, pack, shuffle_lines, per-example, plain, python); the "
                   "raw and tfseq full pipeline feeds always run, as the ratios need them.")
-flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 
 
 def field_of(line_tensor, field):
@@ -174,22 +172,13 @@ def plain_tf_data_feed(files, vocab, field):
     return ds, lambda ids: tf.cast(tf.math.count_nonzero(ids), tf.int64)
 
 
-def graph_timer(ds, count):
-    """A function timing one pass over ``ds`` (``--epochs`` epochs): (real tokens, seconds)."""
-    import tensorflow as tf
+def timed(ds):
+    """``ds`` as timed: ``--epochs`` epochs a pass, with ``tfseq.pipeline_options()`` (map
+    fusion) unless ``--nomap_fusion``."""
+    import tfseq
 
     ds = ds.repeat(FLAGS.epochs)
-    if FLAGS.map_fusion:
-        import tfseq
-
-        ds = ds.with_options(tfseq.pipeline_options())
-
-    def run():
-        start = time.perf_counter()
-        tokens = int(ds.reduce(tf.constant(0, tf.int64), lambda acc, x: acc + count(x)))
-        return tokens, time.perf_counter() - start
-
-    return run
+    return ds.with_options(tfseq.pipeline_options()) if FLAGS.map_fusion else ds
 
 
 def python_feed(files, vocab, field, batch_size, max_length):
@@ -239,13 +228,7 @@ def main(argv):
     if FLAGS.copies > 1:
         copies_dir = tempfile.mkdtemp(prefix="bench_pipeline_")
         atexit.register(shutil.rmtree, copies_dir, ignore_errors=True)
-        copies = []
-        for i in range(FLAGS.copies):
-            for path in files:
-                link = os.path.join(copies_dir, f"{i:03d}_{os.path.basename(path)}")
-                os.symlink(os.path.abspath(path), link)
-                copies.append(link)
-        files = copies
+        files = harness.linked_copies(files, FLAGS.copies, copies_dir)
     gen = python_feed(files, vocab, FLAGS.field, FLAGS.batch_size, FLAGS.max_length)
 
     python_ds = tf.data.Dataset.from_generator(
@@ -275,30 +258,27 @@ def main(argv):
     feeds, build_seconds = {}, {}
     for name, build in builders.items():
         start = time.perf_counter()
-        feeds[name] = graph_timer(*build())
+        ds, count = build()
+        feeds[name] = (timed(ds), count)
         build_seconds[name] = time.perf_counter() - start
-    # Round-robin repeats, best of each: a slow spell on the machine hits every feed alike.
-    # Every pass is a new iterator over the same dataset, as every epoch of model.fit is.
-    results, first = {}, {}
-    for _ in range(FLAGS.repeats):
-        for name, run in feeds.items():
-            tokens, seconds = run()
-            first.setdefault(name, seconds)
-            if name not in results or seconds < results[name][1]:
-                results[name] = (tokens, seconds)
+    first = {}
+    best = harness.best_passes(feeds, FLAGS.repeats,
+                               on_pass=lambda name, run: first.setdefault(name, run[1]))
+    results = {name: (tokens, seconds) for name, (tokens, seconds, _) in best.items()}
 
     ref = results["tfseq full pipeline"]
     ref_rate = ref[0] / ref[1]
     rows = []
-    print(f"\n{'feed':28s} {'real tokens':>12s} {'seconds':>8s} {'tokens/s':>12s} "
-          f"{'tfseq / feed':>13s} {'build s':>8s}")
     for name, (tokens, seconds) in results.items():
         rate = tokens / seconds
         rows.append({"feed": name, "real_tokens": tokens, "seconds": seconds,
                      "first_pass_seconds": first[name], "build_seconds": build_seconds[name],
                      "tokens_per_second": rate, "tfseq_over_feed": ref_rate / rate})
-        print(f"{name:28s} {tokens:12,d} {seconds:8.2f} {rate:12,.0f} {ref_rate / rate:12.2f}x "
-              f"{build_seconds[name]:8.2f}")
+    print()
+    harness.print_table(rows, [
+        ("feed", "feed", ""), ("real tokens", "real_tokens", ",d"), ("seconds", "seconds", ".2f"),
+        ("tokens/s", "tokens_per_second", ",.0f"), ("tfseq / feed", "tfseq_over_feed", ".2f"),
+        ("build s", "build_seconds", ".2f")])
 
     def rate_of(name):
         tokens, seconds = results[name]
@@ -317,22 +297,14 @@ def main(argv):
             f"which reads the input before its first batch: "
             f"{results[shuffled_name][1] / first[shuffled_name]:.2f} of the best pass's rate)")
     print("\n" + "; ".join(summary))
-    names = sorted({os.path.basename(f)[4:] if FLAGS.copies > 1 else os.path.basename(f)
+    names = sorted({harness.original_name(f) if FLAGS.copies > 1 else os.path.basename(f)
                     for f in files})
     print(f"\n(files: {', '.join(names)} x {FLAGS.copies} copies; best of {FLAGS.repeats} "
           f"passes of {FLAGS.epochs} epoch(s); {os.cpu_count()} CPUs)")
-    if FLAGS.json_out:
-        os.makedirs(os.path.dirname(FLAGS.json_out) or ".", exist_ok=True)
-        with open(FLAGS.json_out, "w") as f:
-            json.dump({"files": files, "flags": {"max_tokens": FLAGS.max_tokens,
-                                                 "epochs": FLAGS.epochs,
-                                                 "copies": FLAGS.copies,
-                                                 "map_fusion": FLAGS.map_fusion,
-                                                 "read_batch": FLAGS.read_batch,
-                                                 "max_length": FLAGS.max_length,
-                                                 "batch_size": FLAGS.batch_size},
-                       "rows": rows}, f, indent=2)
+    harness.write_json({"files": files, "flags": harness.flag_values(
+        "max_tokens", "epochs", "copies", "map_fusion", "read_batch", "max_length", "batch_size"),
+        "rows": rows})
 
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)

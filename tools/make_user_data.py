@@ -1,7 +1,7 @@
-r"""Writes small generated files in the user formats that ``scripts/train.py`` reads.
+r"""Writes small generated files in the user formats that ``tfseq-train`` reads.
 
 Usage:
-  python scripts/make_user_data.py --out_dir=/tmp/mydata --lines=3000
+  python tools/make_user_data.py --out_dir=/tmp/mydata --lines=3000
 
 Writes ``train.tsv`` (``label<TAB>text`` with a header, plus one malformed line and one empty
 text), ``eval.tsv`` (with one label never seen in training), ``train.csv`` (``text,label``,

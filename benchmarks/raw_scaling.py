@@ -1,12 +1,12 @@
 r"""Where the raw feed (read + tokenize + lookup) stops scaling with cores: variants side by side.
 
 Usage (one child process per core count, pinned before TensorFlow starts):
-  python scripts/diag_raw_scaling.py --cores=2,16 --copies=16 --json_out=out/diag.json
+  python -m benchmarks.raw_scaling --cores=2,16 --copies=16 --json_out=bench_out/raw_scaling.json
 
 Variants, each consumed in the graph (``Dataset.reduce``), best of ``--repeats`` passes, M real
 tokens/s (M lines/s for the read-only rows):
 
-  raw             text_lines(batch_size=512) + tokenize, prefetch (bench_scaling's raw feed)
+  raw             text_lines(batch_size=512) + tokenize, prefetch (benchmarks.scaling's raw)
   raw_mapcount    the same, counted in a parallel map before the reduce (consumer cost)
   raw_fixed       tokenize as a map with num_parallel_calls = the cores (not AUTOTUNE)
   raw_nofusion    without tfseq.pipeline_options (map fusion off)
@@ -24,32 +24,22 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
-import time
 
+from benchmarks import harness
+
+harness.pin_cores()  # in a child: before TensorFlow starts
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-if os.environ.get("TFSEQ_BENCH_CORES"):  # the child: pin before TensorFlow starts
-    os.sched_setaffinity(0, range(int(os.environ["TFSEQ_BENCH_CORES"])))
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("cores", ["1", "2"], "Core counts, one pinned child process each.")
-flags.DEFINE_integer("copies", 16, "Each file is read this many times per pass.")
+harness.define_copies(16, "Each file is read this many times per pass.")
 flags.DEFINE_integer("files_out", 16, "Files the embedded corpus is cut into.")
-flags.DEFINE_integer("repeats", 3, "Timed passes per variant; the best is reported.")
+harness.define_repeats(3, "Timed passes per variant, round robin; the best is reported.")
 flags.DEFINE_list("variants", [], "Variants to run (default: all).")
-flags.DEFINE_string("json_out", None, "Write the rows here as JSON.")
 flags.DEFINE_string("_child_out", None, "Internal: a child's JSON output file.")
-
-
-def corpus_files(out_dir: str) -> list[str]:
-    """The embedded corpus' text fields cut into ``--files_out`` files."""
-    from tfseq.scripts import embedded_text_files
-
-    return embedded_text_files(out_dir, FLAGS.files_out)
 
 
 def variants(files, vocab, cores):
@@ -103,8 +93,7 @@ def variants(files, vocab, cores):
 
 
 def run_child(files, copies):
-    import tensorflow as tf
-
+    """Times every variant at this process' core count; returns the rows."""
     import tfseq
 
     cores = len(os.sched_getaffinity(0))
@@ -117,47 +106,25 @@ def run_child(files, copies):
         if len(spec) < 4:
             ds = ds.with_options(tfseq.pipeline_options())
         timed[name] = (ds, count, unit)
-    best = {}
-    for _ in range(FLAGS.repeats):
-        for name, (ds, count, unit) in timed.items():
-            start, cpu = time.perf_counter(), time.process_time()
-            n = int(ds.reduce(tf.constant(0, tf.int64), lambda a, b, c=count: a + c(b)))
-            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-            if name not in best or seconds < best[name]["seconds"]:
-                best[name] = {"cores": cores, "variant": name, "unit": unit, "count": n,
-                              "seconds": round(seconds, 4), "rate": n / seconds,
-                              "cpu_cores_busy": round(cpu / seconds, 2)}
-    return list(best.values())
+    best = harness.best_passes({name: (ds, count) for name, (ds, count, _) in timed.items()},
+                               FLAGS.repeats)
+    return [{"cores": cores, "variant": name, "unit": timed[name][2], "count": n,
+             "seconds": round(seconds, 4), "rate": n / seconds,
+             "cpu_cores_busy": round(cpu / seconds, 2)}
+            for name, (n, seconds, cpu) in best.items()]
 
 
 def main(argv):
     del argv
-    with tempfile.TemporaryDirectory(prefix="diag_raw_") as tmp:
-        if FLAGS._child_out:
-            files = corpus_files(tmp)
-            copies = []
-            for i in range(FLAGS.copies):
-                for path in files:
-                    link = os.path.join(tmp, f"copy{i:02d}_{os.path.basename(path)}")
-                    os.symlink(path, link)
-                    copies.append(link)
-            with open(FLAGS._child_out, "w") as f:
-                json.dump(run_child(files, copies), f)
-            return
-        rows = []
-        for n in [int(c) for c in FLAGS.cores]:
-            if n > os.cpu_count():
-                continue
-            out = os.path.join(tmp, f"c{n}.json")
-            args = [a for a in sys.argv[1:] if not a.startswith(("--json_out", "--cores"))]
-            subprocess.run([sys.executable, os.path.abspath(__file__), *args,
-                            f"--_child_out={out}"], env=dict(os.environ, TFSEQ_BENCH_CORES=str(n)),
-                           check=True)
-            with open(out) as f:
-                rows += json.load(f)
-            if FLAGS.json_out:  # after every core count: a run cut short keeps what it had
-                with open(FLAGS.json_out, "w") as f:
-                    json.dump(rows, f, indent=1)
+    if FLAGS._child_out:  # one core count, pinned
+        with tempfile.TemporaryDirectory(prefix="raw_scaling_") as tmp:
+            files = harness.embedded_text_files(tmp, FLAGS.files_out)
+            rows = run_child(files, harness.linked_copies(files, FLAGS.copies, tmp))
+        with open(FLAGS._child_out, "w") as f:
+            json.dump(rows, f)
+        return
+    # After every core count: a run cut short keeps what it had.
+    rows = harness.per_core_count(__name__, FLAGS.cores, after_each=harness.write_json)
     cores = sorted({r["cores"] for r in rows})
     print(f"{'variant':18s}" + "".join(f"{f'{c} cores (busy)':>22s}" for c in cores))
     for name in dict.fromkeys(r["variant"] for r in rows):
@@ -170,4 +137,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)

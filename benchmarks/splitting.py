@@ -13,9 +13,9 @@ Measures, from one run:
   * padded cells per replica (rows x width) max/mean, with ``trim=True``.
 
 Usage:
-  python scripts/bench_splitting.py --json_out=bench_out/splitting.json
-  python scripts/bench_splitting.py --num_splits=8 --batch_size=512 --repeats=5
-  python scripts/bench_splitting.py --synthetic=emails --batch_size=32   # heavy tail
+  python -m benchmarks.splitting --json_out=bench_out/splitting.json
+  python -m benchmarks.splitting --num_splits=8 --batch_size=512 --repeats=5
+  python -m benchmarks.splitting --synthetic=emails --batch_size=32   # heavy tail
 
 ``largest/greedy``: the largest part's real tokens over the largest part of the longest-first
 greedy partition of the same rows (the reference, mean over batches); ``cells/greedy``: the
@@ -24,11 +24,11 @@ largest part's padded cells (rows x its longest row, ``trim=True``) over the sam
 
 from __future__ import annotations
 
-import json
 import os
-import time
 
-from absl import app, flags
+from absl import flags
+
+from benchmarks import harness
 
 flags.DEFINE_string("corpus", None, "TSV(.gz) corpus; default: the embedded kjv_en.tsv.gz.")
 flags.DEFINE_enum("synthetic", "none", ["none", "emails"],
@@ -39,16 +39,11 @@ flags.DEFINE_integer("num_batches", 40, "Batches of synthetic lengths.")
 flags.DEFINE_integer("num_splits", 4, "Replicas to split each batch over.")
 flags.DEFINE_integer("batch_size", 256, "Rows per (global) padded batch.")
 flags.DEFINE_integer("shuffle_buffer", 4096, "Example shuffle buffer before batching (0: none).")
-flags.DEFINE_integer("repeats", 7, "Timed passes over the cached batches; the best is kept.")
+harness.define_repeats(7, "Timed passes over the cached batches, round robin; the best is "
+                       "kept.")
 flags.DEFINE_integer("seed", 1, "Shuffle seed.")
-flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 
 FLAGS = flags.FLAGS
-
-
-def default_corpus() -> str:
-    import tfseq
-    return os.path.join(os.path.dirname(tfseq.__file__), "data", "kjv_en.tsv.gz")
 
 
 def batches(path: str, batch_size: int, shuffle_buffer: int, seed: int):
@@ -73,15 +68,12 @@ def batches(path: str, batch_size: int, shuffle_buffer: int, seed: int):
 
 def synthetic_batches(batch_size: int, num_batches: int, max_length: int, seed: int):
     """Padded batches of heavy-tailed synthetic lengths (email bodies)."""
-    import math
-
     import numpy as np
     import tensorflow as tf
 
-    rng = np.random.default_rng(seed)
-    sigma = (math.log(3166) - math.log(169)) / 2.326
-    lengths = np.clip(np.ceil(rng.lognormal(math.log(169), sigma, batch_size * num_batches)),
-                      1, max_length).astype(np.int32)
+    lengths = harness.lognormal_lengths(batch_size * num_batches, np.random.default_rng(seed),
+                                        median=169, p99=3166, longest=max_length)
+    lengths = lengths.astype(np.int32)
     ids = tf.RaggedTensor.from_row_lengths(tf.ones([int(lengths.sum())], tf.int32), lengths)
     ds = tf.data.Dataset.from_tensor_slices({"ids": ids, "ids_length": lengths})
     return ds.map(lambda e: {"ids": e["ids"], "ids_length": e["ids_length"]}).padded_batch(
@@ -98,20 +90,19 @@ def greedy_largest_part(lengths, num_splits: int) -> int:
 
 def ms_per_element(dataset) -> tuple[float, int]:
     """Wall time per element of one pass, counted in-graph (no Python loop)."""
-    import numpy as np
+    import tensorflow as tf
 
-    start = time.perf_counter()
-    count = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
-    return 1000.0 * (time.perf_counter() - start) / max(count, 1), count
+    count, seconds, _ = harness.count_pass(dataset, lambda _: tf.constant(1, tf.int64))
+    return 1000.0 * seconds / max(count, 1), count
 
 
 def best_ms(datasets: dict, repeats: int) -> dict:
     """Best ms per element of each dataset; passes interleaved so load hits all alike."""
-    best = {name: float("inf") for name in datasets}
-    for _ in range(repeats):
-        for name, dataset in datasets.items():
-            best[name] = min(best[name], ms_per_element(dataset)[0])
-    return best
+    import tensorflow as tf
+
+    one = lambda _: tf.constant(1, tf.int64)  # noqa: E731
+    best = harness.best_passes({name: (ds, one) for name, ds in datasets.items()}, repeats)
+    return {name: 1000.0 * seconds / max(count, 1) for name, (count, seconds, _) in best.items()}
 
 
 def imbalance(split_dataset) -> dict:
@@ -139,9 +130,10 @@ def imbalance(split_dataset) -> dict:
 
 def main(argv):
     del argv
+    import tfseq
     from tfseq.splitting import split_batch
 
-    path = FLAGS.corpus or default_corpus()
+    path = FLAGS.corpus or tfseq.corpus_path("kjv_en")
     if FLAGS.synthetic == "emails":
         path = f"synthetic emails (capped at {FLAGS.max_length})"
         source = synthetic_batches(FLAGS.batch_size, FLAGS.num_batches, FLAGS.max_length,
@@ -175,28 +167,21 @@ def main(argv):
               "batch_size": FLAGS.batch_size, "num_splits": FLAGS.num_splits,
               "full_pipeline_ms_per_batch": full_ms, "cached_unsplit_ms_per_batch": unsplit_ms,
               "schemes": rows}
-    header = (f"{'balance':<18} {'split ms/b':>10} {'cost ms/b':>10} {'cost/full':>10} "
-              f"{'tok max/mean':>13} {'worst':>7} {'cells max/mean':>15} "
-              f"{'largest/greedy':>15} {'cells/greedy':>13}")
-    lines = [f"corpus {result['corpus']}: {num_batches} batches of {FLAGS.batch_size} over "
-             f"{FLAGS.num_splits} replicas; full pipeline {full_ms:.2f} ms/batch, cached "
-             f"unsplit {unsplit_ms:.3f} ms/batch", header]
-    for r in rows:
-        lines.append(f"{r['balance']:<18} {r['split_ms_per_batch']:>10.3f} "
-                     f"{r['split_cost_ms']:>10.3f} {r['split_cost_vs_full_pipeline']:>10.3f} "
-                     f"{r['token_imbalance_mean']:>13.3f} {r['token_imbalance_worst']:>7.3f} "
-                     f"{r['cell_imbalance_mean']:>15.3f} {r['largest_part_vs_greedy']:>15.3f} "
-                     f"{r['largest_part_cells_vs_greedy_tokens']:>13.3f}")
+    print(f"corpus {result['corpus']}: {num_batches} batches of {FLAGS.batch_size} over "
+          f"{FLAGS.num_splits} replicas; full pipeline {full_ms:.2f} ms/batch, cached "
+          f"unsplit {unsplit_ms:.3f} ms/batch")
+    harness.print_table(rows, [
+        ("balance", "balance", ""), ("split ms/b", "split_ms_per_batch", ".3f"),
+        ("cost ms/b", "split_cost_ms", ".3f"), ("cost/full", "split_cost_vs_full_pipeline", ".3f"),
+        ("tok max/mean", "token_imbalance_mean", ".3f"), ("worst", "token_imbalance_worst", ".3f"),
+        ("cells max/mean", "cell_imbalance_mean", ".3f"),
+        ("largest/greedy", "largest_part_vs_greedy", ".3f"),
+        ("cells/greedy", "largest_part_cells_vs_greedy_tokens", ".3f")])
     ex, tok = rows[0], rows[1]
-    lines.append(f"tokens/examples: imbalance excess {(tok['token_imbalance_mean'] - 1):.4f} vs "
-                 f"{(ex['token_imbalance_mean'] - 1):.4f}; split cost ratio "
-                 f"{tok['split_ms_per_batch'] / ex['split_ms_per_batch']:.2f}x")
-    print("\n".join(lines))
-    if FLAGS.json_out:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
-        with open(FLAGS.json_out, "w") as f:
-            json.dump(result, f, indent=2)
-
+    print(f"tokens/examples: imbalance excess {(tok['token_imbalance_mean'] - 1):.4f} vs "
+          f"{(ex['token_imbalance_mean'] - 1):.4f}; split cost ratio "
+          f"{tok['split_ms_per_batch'] / ex['split_ms_per_batch']:.2f}x")
+    harness.write_json(result)
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)

@@ -4,12 +4,12 @@ Every scheme trains a fresh copy of the same small classifier (Embedding(mask_ze
 LSTM -> Dense, predicting the verse's book from its text) on the same ``--examples`` examples
 for one pass, with batches of at most ``--max_tokens`` cells (rows x padded length). It prints
 one table (steps, padding efficiency, real (non-pad) tokens per wall second and per CPU second
-of the process through ``model.fit``, speed-ups over plain padding) and writes it as JSON. Each scheme first runs a few warm-up steps
-so that tracing is not timed.
+of the process through ``model.fit``, speed-ups over plain padding) and writes it as JSON.
+Each scheme first runs a few warm-up steps so that tracing is not timed.
 
 Usage:
-  python scripts/bench_training.py --json_out=bench_out/training.json
-  python scripts/bench_training.py --model=lstm --examples=2000
+  python -m benchmarks.training --json_out=bench_out/training.json
+  python -m benchmarks.training --model=lstm --examples=2000
 
 Tokens are whitespace tokens hashed to ids in [1, 30000] and the label is the book name hashed
 to 66 buckets: the numbers measure speed, not accuracy. XLA is off (``jit_compile=False``):
@@ -19,12 +19,11 @@ variable batch shapes would recompile at every new shape.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 import warnings
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -34,14 +33,15 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_text as tf_text  # noqa: E402
 
 import tfseq  # noqa: E402
+from benchmarks import harness  # noqa: E402
 from tfseq.bucketing import bucket_by_length  # noqa: E402
 
-DEFAULT_CORPUS = os.path.join(os.path.dirname(tfseq.__file__), "data", "kjv_en.tsv.gz")
 HASH_BUCKETS = 30000
 NUM_CLASSES = 66
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("files", [DEFAULT_CORPUS], "Tab-separated files (gzip if they end in .gz).")
+flags.DEFINE_list("files", [tfseq.corpus_path("kjv_en")],
+                  "Tab-separated files (gzip if they end in .gz).")
 flags.DEFINE_integer("field", 3, "0-based field holding the text (the label is field 0).")
 flags.DEFINE_integer("max_tokens", 8192, "Budget: rows x padded length per batch.")
 flags.DEFINE_integer("max_length", 512, "Longer examples are dropped (same for every scheme).")
@@ -51,7 +51,6 @@ flags.DEFINE_enum("model", "gru", ["gru", "lstm"], "Recurrent layer.")
 flags.DEFINE_integer("embed_dim", 64, "Embedding size.")
 flags.DEFINE_integer("units", 128, "Recurrent units.")
 flags.DEFINE_integer("seed", 0, "Seed for the shuffle, tfseq and the weights.")
-flags.DEFINE_string("json_out", None, "Write the table here as JSON.")
 
 
 def read_examples(files, field, max_length) -> tf.data.Dataset:
@@ -153,30 +152,23 @@ def main(argv):
                      "real_tokens_per_cpu_s": real_tokens / cpu,
                      "padding_efficiency": real_tokens / cells})
         logging.info("%s: %d steps in %.1f s", name, len(shapes), seconds)
-    for r in rows:
-        r["speedup_vs_plain"] = r["real_tokens_per_s"] / rows[0]["real_tokens_per_s"]
-        r["cpu_speedup_vs_plain"] = r["real_tokens_per_cpu_s"] / rows[0]["real_tokens_per_cpu_s"]
+    harness.add_ratios(rows, rows[0], speedup_vs_plain="real_tokens_per_s",
+                       cpu_speedup_vs_plain="real_tokens_per_cpu_s")
 
-    print(f"{FLAGS.examples} examples ({real_tokens} real tokens) from {','.join(os.path.relpath(f) for f in FLAGS.files)}; "
+    print(f"{FLAGS.examples} examples ({real_tokens} real tokens) from "
+          f"{','.join(os.path.relpath(f) for f in FLAGS.files)}; "
           f"model Embedding({FLAGS.embed_dim}) -> {FLAGS.model.upper()}({FLAGS.units}) -> "
           f"Dense({NUM_CLASSES}); max_tokens={FLAGS.max_tokens} max_length={FLAGS.max_length}")
-    header = (f"{'scheme':30} {'steps':>5} {'pad eff':>7} {'wall s':>6} {'real tok/s':>10} "
-              f"{'speed-up':>8} {'cpu s':>6} {'tok/cpu-s':>9} {'speed-up':>8}")
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        print(f"{r['scheme']:30} {r['steps']:5d} {r['padding_efficiency']:7.3f} "
-              f"{r['seconds']:6.1f} {r['real_tokens_per_s']:10,.0f} {r['speedup_vs_plain']:7.2f}x "
-              f"{r['cpu_seconds']:6.1f} {r['real_tokens_per_cpu_s']:9,.0f} "
-              f"{r['cpu_speedup_vs_plain']:7.2f}x")
-    if FLAGS.json_out:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
-        with open(FLAGS.json_out, "w") as f:
-            json.dump({"examples": FLAGS.examples, "real_tokens": real_tokens,
-                       "model": FLAGS.model, "embed_dim": FLAGS.embed_dim, "units": FLAGS.units,
-                       "max_tokens": FLAGS.max_tokens, "max_length": FLAGS.max_length,
-                       "schemes": rows}, f, indent=2)
-
+    harness.print_table(rows, [
+        ("scheme", "scheme", ""), ("steps", "steps", "d"),
+        ("pad eff", "padding_efficiency", ".3f"), ("wall s", "seconds", ".1f"),
+        ("real tok/s", "real_tokens_per_s", ",.0f"), ("speed-up", "speedup_vs_plain", ".2f"),
+        ("cpu s", "cpu_seconds", ".1f"), ("tok/cpu-s", "real_tokens_per_cpu_s", ",.0f"),
+        ("speed-up", "cpu_speedup_vs_plain", ".2f")])
+    harness.write_json({"examples": FLAGS.examples, "real_tokens": real_tokens,
+                        "model": FLAGS.model, "embed_dim": FLAGS.embed_dim,
+                        "units": FLAGS.units, "max_tokens": FLAGS.max_tokens,
+                        "max_length": FLAGS.max_length, "schemes": rows})
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)

@@ -1,8 +1,8 @@
 r"""Batch inference: length bucketing vs plain padded batches, same model, same budget.
 
 Usage:
-  python scripts/bench_predict.py --json_out=bench_out/predict.json
-  python scripts/bench_predict.py --lines=50000 --max_tokens=16384
+  python -m benchmarks.predict --json_out=bench_out/predict.json
+  python -m benchmarks.predict --lines=50000 --max_tokens=16384
 
 Writes a corpus with skewed line lengths (log-normal word counts, median ``--median_words``,
 capped at the model's ``max_length``), exports a classifier over it
@@ -21,13 +21,14 @@ and real tokens/s side by side and the ratio.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
+
+from benchmarks import harness  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("lines", 10000, "Lines in the generated corpus.")
@@ -37,9 +38,8 @@ flags.DEFINE_integer("max_length", 128, "The model's max_length (longer lines tr
 flags.DEFINE_integer("max_tokens", 8192, "Budget per batch (rows x padded length).")
 flags.DEFINE_integer("pool_size", 8192, "Bucketing pool (lines).")
 flags.DEFINE_integer("seed", 0, "Corpus seed.")
-flags.DEFINE_integer("repeats", 2, "Runs per scheme, alternating; the fastest counts (the "
-                     "first run of a process also pays one-time start-up costs).")
-flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
+harness.define_repeats(2, "Runs per scheme, alternating; the fastest counts (the first run "
+                       "of a process also pays one-time start-up costs).")
 
 
 def write_corpus(path: str, lines: int, median: float, sigma: float, seed: int) -> list[int]:
@@ -96,29 +96,25 @@ def main(argv):
                                    - np.array([float(o[1]) for o in outputs["bucket"]]))))
     speedup = results["bucket"]["lines_per_second"] / results["pad"]["lines_per_second"]
     lengths = np.minimum(counts, FLAGS.max_length)
-    print(f"\nbench_predict (fastest of {FLAGS.repeats} runs each): {FLAGS.lines} lines, "
+    print(f"\nbenchmarks.predict (fastest of {FLAGS.repeats} runs each): {FLAGS.lines} lines, "
           f"words per line median {int(np.median(lengths))}, "
-          f"p99 {int(np.percentile(lengths, 99))}, max {int(lengths.max())}; max_tokens={FLAGS.max_tokens}, BiGRU classifier, CPU")
-    print(f"{'batching':28s} {'batches':>8s} {'seconds':>8s} {'lines/s':>9s} "
-          f"{'real tokens/s':>14s}")
+          f"p99 {int(np.percentile(lengths, 99))}, max {int(lengths.max())}; "
+          f"max_tokens={FLAGS.max_tokens}, BiGRU classifier, CPU")
     names = {"pad": f"padded_batch({FLAGS.max_tokens // FLAGS.max_length}), in order",
              "bucket": "bucket_by_length + restore"}
-    for batching in ("pad", "bucket"):
-        r = results[batching]
-        print(f"{names[batching]:28s} {r['batches']:8d} {r['seconds']:8.1f} "
-              f"{r['lines_per_second']:9,.0f} {r['real_tokens_per_second']:14,.0f}")
+    harness.print_table([{"batching": names[b], **results[b]} for b in ("pad", "bucket")], [
+        ("batching", "batching", ""), ("batches", "batches", "d"), ("seconds", "seconds", ".1f"),
+        ("lines/s", "lines_per_second", ",.0f"),
+        ("real tokens/s", "real_tokens_per_second", ",.0f")])
     print(f"speedup (lines/s, bucket / pad): {speedup:.2f}x; same labels: {same_labels}, "
           f"max |probability difference|: {max_diff:.1e}")
-    if FLAGS.json_out:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
-        with open(FLAGS.json_out, "w") as f:
-            json.dump({"config": {k: FLAGS[k].value for k in (
-                "lines", "median_words", "sigma", "max_length", "max_tokens", "pool_size",
-                "seed", "repeats")}, "results": results, "speedup": speedup,
-                "same_labels": same_labels, "max_probability_difference": max_diff}, f, indent=2)
+    harness.write_json({"config": harness.flag_values(
+        "lines", "median_words", "sigma", "max_length", "max_tokens", "pool_size", "seed",
+        "repeats"), "results": results, "speedup": speedup, "same_labels": same_labels,
+        "max_probability_difference": max_diff})
     if max_diff > 1e-4:
         raise SystemExit(f"bucketed and padded predictions differ by up to {max_diff}")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)

@@ -12,26 +12,26 @@ Reports examples per wall second and per CPU second of the process (on a shared 
 CPU figure is the steadier one), best of ``--rounds``, and the ratio tfseq / python.
 
 Usage:
-  python scripts/bench_multislot.py --json_out=bench_out/multislot.json
-  python scripts/bench_multislot.py --lines=200000 --rounds=1   # a shorter run
+  python -m benchmarks.multislot --json_out=bench_out/multislot.json
+  python -m benchmarks.multislot --lines=200000 --rounds=1   # a shorter run
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
 import time
 
-from absl import app, flags
+from absl import flags
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from tfseq.pipelines import ctr  # noqa: E402
+from benchmarks import harness  # noqa: E402
 from tfseq import multislot  # noqa: E402
+from tfseq.pipelines import ctr  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("lines", 1_000_000, "Lines in the feed (over all files).")
@@ -40,7 +40,6 @@ flags.DEFINE_integer("batch_size", 512, "Examples per batch.")
 flags.DEFINE_integer("rounds", 2, "Timed passes per reader (best is reported).")
 flags.DEFINE_string("data_dir", None, "Where the feed is written (default: a temporary dir); "
                     "an existing feed with the same line count is reused.")
-flags.DEFINE_string("json_out", None, "Write every number measured here as JSON.")
 
 
 def python_examples(files):
@@ -107,19 +106,14 @@ def main(argv):
                          "wall_s": [w for _, w, _ in runs], "cpu_s": [c for _, _, c in runs]}
     ratio = {k: results["tfseq"][k] / results["python"][k]
              for k in ("examples_per_wall_s", "examples_per_cpu_s")}
-    print(f"{'reader':8s} {'examples':>9s} {'ex/wall-s':>11s} {'ex/cpu-s':>10s}")
-    for name, r in results.items():
-        print(f"{name:8s} {r['examples']:>9d} {r['examples_per_wall_s']:>11.0f} "
-              f"{r['examples_per_cpu_s']:>10.0f}")
+    harness.print_table([{"reader": name, **r} for name, r in results.items()], [
+        ("reader", "reader", ""), ("examples", "examples", "d"),
+        ("ex/wall-s", "examples_per_wall_s", ".0f"), ("ex/cpu-s", "examples_per_cpu_s", ".0f")])
     print(f"tfseq / python: {ratio['examples_per_wall_s']:.1f}x wall, "
           f"{ratio['examples_per_cpu_s']:.1f}x cpu")
-    if FLAGS.json_out:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
-        with open(FLAGS.json_out, "w") as f:
-            json.dump({"flags": {k: FLAGS[k].value for k in (
-                "lines", "num_files", "batch_size", "rounds")}, "argv": sys.argv,
-                "results": results, "ratio": ratio, "load_average": os.getloadavg()}, f, indent=2)
-
+    harness.write_json({"flags": harness.flag_values("lines", "num_files", "batch_size", "rounds"),
+                        "argv": sys.argv, "results": results, "ratio": ratio,
+                        "load_average": os.getloadavg()})
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)

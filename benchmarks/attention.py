@@ -21,20 +21,21 @@ Timing runs single-threaded (``--threads``) and reports the median CPU time per 
 interleaved rounds, which stays comparable on a shared machine.
 
 Usage:
-  python scripts/bench_attention.py --json_out=bench_out/attention.json
-  python scripts/bench_attention.py --batch=32 --time=128 --rounds=15
+  python -m benchmarks.attention --json_out=bench_out/attention.json
+  python -m benchmarks.attention --batch=32 --time=128 --rounds=15
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
+
+from benchmarks import harness  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch", 16, "Rows of the softmax benchmark: logits are [batch, time, time].")
@@ -45,7 +46,6 @@ flags.DEFINE_integer("rounds", 9, "Interleaved timing rounds (the median is repo
 flags.DEFINE_integer("calls", 20, "Calls per timing round.")
 flags.DEFINE_integer("threads", 1, "TensorFlow intra/inter-op threads (0: TensorFlow's default).")
 flags.DEFINE_integer("seed", 0, "Seed of the random logits and lengths.")
-flags.DEFINE_string("json_out", None, "Write every number measured here as JSON.")
 
 DTYPES = ("float32", "float16", "bfloat16")
 CASES = ("random", "huge_logits", "near_identical", "huge_range", "pads_dominate",
@@ -250,14 +250,10 @@ def main(argv):
               f"{r['masked_keys']['ratio']:>11.2f}x "
               f"{r['masked_queries_and_keys']['ratio']:>10.2f}x")
 
-    if FLAGS.json_out:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
-        with open(FLAGS.json_out, "w") as f:
-            json.dump({"flags": {k: FLAGS[k].value for k in (
-                "batch", "time", "attention_shapes", "rounds", "calls", "threads", "seed")},
-                "argv": sys.argv, "accuracy": results, "softmax_timing": timing,
-                "attention_timing": attention, "load_average": os.getloadavg()}, f, indent=2)
-
+    harness.write_json({"flags": harness.flag_values(
+        "batch", "time", "attention_shapes", "rounds", "calls", "threads", "seed"),
+        "argv": sys.argv, "accuracy": results, "softmax_timing": timing,
+        "attention_timing": attention, "load_average": os.getloadavg()})
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)

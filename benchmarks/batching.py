@@ -15,9 +15,9 @@ per batch (rows x padded length). For one run it prints one table and writes it 
   tfseq tok/cpu-s; the JSON also has the wall-clock ratio).
 
 Usage:
-  python scripts/bench_batching.py --json_out=bench_out/batching.json
-  python scripts/bench_batching.py --files='data/*.txt' --field=-1
-  python scripts/bench_batching.py --synthetic=zipf     # skewed synthetic lengths
+  python -m benchmarks.batching --json_out=bench_out/batching.json
+  python -m benchmarks.batching --files='data/*.txt' --field=-1
+  python -m benchmarks.batching --synthetic=zipf     # skewed synthetic lengths
 
 Tokens are whitespace tokens (tensorflow_text.WhitespaceTokenizer) hashed to ids in
 [1, 30000]; the vocabulary does not change lengths, so it does not change the table.
@@ -26,12 +26,11 @@ Tokens are whitespace tokens (tensorflow_text.WhitespaceTokenizer) hashed to ids
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -40,10 +39,9 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_text as tf_text  # noqa: E402
 
 import tfseq  # noqa: E402
+from benchmarks import harness  # noqa: E402
 from tfseq.bucketing import bucket_by_length  # noqa: E402
 from tfseq.formats import LINE_FORMATS  # noqa: E402
-
-DEFAULT_CORPUS = os.path.join(os.path.dirname(tfseq.__file__), "data", "kjv_en.tsv.gz")
 
 # Synthetic stand-ins for corpus shapes: (examples, median, p99, max) tokens. Lengths are
 # ceil(log-normal) with that median and p99, clipped at max.
@@ -55,7 +53,7 @@ SHAPES = {
 }
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("files", [DEFAULT_CORPUS], "Text files (gzip if they end in .gz).")
+flags.DEFINE_list("files", [tfseq.corpus_path("kjv_en")], "Text files (gzip if they end in .gz).")
 flags.DEFINE_list("train_files", [], "Your files, as train.py (their 'text' column; "
                   "overrides --files/--field).")
 flags.DEFINE_enum("format", None, list(LINE_FORMATS),
@@ -82,7 +80,6 @@ flags.DEFINE_integer("pool_budgets", None, "tfseq pool in budgets of tokens (poo
 flags.DEFINE_list("extra_pool_sizes", [],
                   "Also run tfseq with each of these pool sizes (one more row each).")
 flags.DEFINE_integer("seed", 0, "Seed for the shuffle and for tfseq.")
-flags.DEFINE_string("json_out", None, "Write the table here as JSON.")
 
 HASH_BUCKETS = 30000
 
@@ -113,23 +110,18 @@ def synthetic_lengths(kind, size, seed) -> np.ndarray:
     """int64 [size] example lengths of a synthetic corpus shape (see ``SHAPES``)."""
     rng = np.random.default_rng(seed)
     if kind == "zipf":
-        return np.minimum(np.ceil(8 * (rng.pareto(1.2, size) + 1)).astype(np.int64) - 7, 4096)
+        return harness.power_law_lengths(size, rng)
     if kind == "lognormal":
-        return np.minimum(np.ceil(rng.lognormal(math.log(20), 1.2, size)).astype(np.int64), 4096)
+        return harness.lognormal_lengths(size, rng, median=20, sigma=1.2)
     _, median, p99, longest = SHAPES[kind]
-    sigma = (math.log(p99) - math.log(median)) / 2.326  # 2.326: the normal's 99th percentile
-    lengths = np.ceil(rng.lognormal(math.log(median), sigma, size))
-    return np.clip(lengths, 1, longest).astype(np.int64)
+    return harness.lognormal_lengths(size, rng, median=median, p99=p99, longest=longest)
 
 
 def synthetic_corpus(kind, size, seed) -> tf.data.Dataset:
-    rng = np.random.default_rng(seed + 1)
     if size is None:
         size = SHAPES[kind][0] if kind in SHAPES else 50000
-    lengths = synthetic_lengths(kind, size, seed)
-    values = rng.integers(1, HASH_BUCKETS + 1, lengths.sum(), dtype=np.int32)
-    ids = tf.RaggedTensor.from_row_lengths(values, lengths)
-    return tf.data.Dataset.from_tensor_slices({"ids": ids}).map(lambda x: x)
+    return harness.id_examples(synthetic_lengths(kind, size, seed),
+                               np.random.default_rng(seed + 1), HASH_BUCKETS)
 
 
 def length_of(example):
@@ -212,25 +204,6 @@ SCHEMES = [
 ]
 
 
-def batch_numbers(batch):
-    """int64 (batches, rows, real tokens, cells, max cells) of one padded batch."""
-    ids = batch["ids"]
-    cells = tf.cast(tf.size(ids), tf.int64)
-    real = tf.math.count_nonzero(ids, dtype=tf.int64)
-    return tf.stack([tf.constant(1, tf.int64), tf.cast(tf.shape(ids)[0], tf.int64), real, cells,
-                     cells])
-
-
-def measure(dataset) -> tuple[np.ndarray, float, float]:
-    """Runs the dataset in-graph once; returns the summed numbers, wall and CPU seconds."""
-    start, cpu_start = time.perf_counter(), time.process_time()
-    totals = dataset.map(batch_numbers).reduce(
-        tf.zeros([5], tf.int64),
-        lambda acc, x: tf.concat([acc[:4] + x[:4], tf.maximum(acc[4:], x[4:])], 0))
-    totals = totals.numpy()
-    return totals, time.perf_counter() - start, time.process_time() - cpu_start
-
-
 def main(argv):
     del argv
     if FLAGS.synthetic != "none":
@@ -267,20 +240,19 @@ def main(argv):
         schemes.append((f"tfseq, pool_size={int(size)}", lambda _, at=at: tfseq_buckets(at)))
     rows = []
     for name, build in schemes:
-        (batches, n_rows, real, cells, max_cells), seconds, cpu = measure(
+        (batches, n_rows, real, cells, max_cells), seconds, cpu = harness.batch_totals(
             shuffled().apply(build(setting)))
         logging.info("%s: %d batches in %.1f s", name, batches, seconds)
         assert n_rows == n_kept * FLAGS.epochs and real == real_per_epoch * FLAGS.epochs, name
         rows.append({
             "scheme": name, "step_efficiency": fewest / batches,
             "padding_efficiency": real / cells, "batches_per_epoch": batches / FLAGS.epochs,
-            "max_batch_cells": int(max_cells), "tokens_per_s": real / seconds, "tokens_per_cpu_s": real / cpu,
+            "max_batch_cells": int(max_cells), "tokens_per_s": real / seconds,
+            "tokens_per_cpu_s": real / cpu,
         })
     ref = next((r for r in rows if r["scheme"] == "tfseq bucket_by_length"), rows[0])
-    for r in rows:
-        r["steps_vs_tfseq"] = r["batches_per_epoch"] / ref["batches_per_epoch"]
-        r["speed_vs_tfseq"] = r["tokens_per_s"] / ref["tokens_per_s"]
-        r["cpu_speed_vs_tfseq"] = r["tokens_per_cpu_s"] / ref["tokens_per_cpu_s"]
+    harness.add_ratios(rows, ref, steps_vs_tfseq="batches_per_epoch",
+                       speed_vs_tfseq="tokens_per_s", cpu_speed_vs_tfseq="tokens_per_cpu_s")
 
     print(f"corpus: {source}; {n_in} examples, {n_kept} kept (1..{max_length} tokens), "
           f"{real_per_epoch} tokens/epoch; median {int(np.median(kept_lengths))}, "
@@ -288,26 +260,18 @@ def main(argv):
     print(f"max_tokens={budget} max_length={max_length} epochs={FLAGS.epochs}: fewest "
           f"possible batches/epoch {fewest // FLAGS.epochs}; read+tokenize "
           f"{all_lengths.sum() / raw_seconds:,.0f} tok/s")
-    header = (f"{'scheme':38} {'step eff':>8} {'pad eff':>7} {'batches':>7} {'max cells':>9} "
-              f"{'tok/s':>9} {'tok/cpu-s':>9} {'steps/tfseq':>11} {'tok/cpu-s/tfseq':>15}")
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        print(f"{r['scheme']:38} {r['step_efficiency']:8.3f} {r['padding_efficiency']:7.3f} "
-              f"{r['batches_per_epoch']:7.0f} {r['max_batch_cells']:9d} "
-              f"{r['tokens_per_s']:9,.0f} {r['tokens_per_cpu_s']:9,.0f} "
-              f"{r['steps_vs_tfseq']:11.2f} {r['cpu_speed_vs_tfseq']:15.2f}")
-    if FLAGS.json_out:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
-        with open(FLAGS.json_out, "w") as f:
-            json.dump({"corpus": source, "examples": n_in, "kept": n_kept,
-                       "real_tokens_per_epoch": real_per_epoch, "max_tokens": budget,
-                       "max_length": max_length, "epochs": FLAGS.epochs,
-                       "fewest_batches_per_epoch": fewest // FLAGS.epochs,
-                       "read_tokenize_tokens_per_s": float(all_lengths.sum() / raw_seconds),
-                       "schemes": rows}, f, indent=2)
-        logging.info("wrote %s", FLAGS.json_out)
-
+    harness.print_table(rows, [
+        ("scheme", "scheme", ""), ("step eff", "step_efficiency", ".3f"),
+        ("pad eff", "padding_efficiency", ".3f"), ("batches", "batches_per_epoch", ".0f"),
+        ("max cells", "max_batch_cells", "d"), ("tok/s", "tokens_per_s", ",.0f"),
+        ("tok/cpu-s", "tokens_per_cpu_s", ",.0f"), ("steps/tfseq", "steps_vs_tfseq", ".2f"),
+        ("tok/cpu-s/tfseq", "cpu_speed_vs_tfseq", ".2f")])
+    harness.write_json({"corpus": source, "examples": n_in, "kept": n_kept,
+                        "real_tokens_per_epoch": real_per_epoch, "max_tokens": budget,
+                        "max_length": max_length, "epochs": FLAGS.epochs,
+                        "fewest_batches_per_epoch": fewest // FLAGS.epochs,
+                        "read_tokenize_tokens_per_s": float(all_lengths.sum() / raw_seconds),
+                        "schemes": rows})
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)

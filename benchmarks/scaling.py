@@ -1,9 +1,9 @@
 r"""How the input pipeline scales with cores: each feed's rate at N cores, side by side.
 
 Usage:
-  python scripts/bench_scaling.py --cores=1,2 --json_out=bench_out/scaling.json
-  python scripts/bench_scaling.py --cores=2,4,8,16 --files='corpus/*.txt' --field=-1
-  python scripts/bench_scaling.py --cores=2 --feeds=bucket,bucket_alone --parallel=1,2,4
+  python -m benchmarks.scaling --cores=1,2 --json_out=bench_out/scaling.json
+  python -m benchmarks.scaling --cores=2,4,8,16 --files='corpus/*.txt' --field=-1
+  python -m benchmarks.scaling --cores=2 --feeds=bucket,bucket_alone --parallel=1,2,4
 
 Each core count runs in a child process pinned to cores ``0..N-1`` before TensorFlow starts
 (``os.sched_setaffinity``: TensorFlow sizes its thread pools from the affinity mask). In it,
@@ -30,15 +30,15 @@ quarter of the copies. Every pass is a new iterator, which builds its functions 
 first pool or part before its first batch, so a short pass understates the rate a feed keeps
 up. From the two lengths each row gets ``steady_tokens_per_second`` (the tokens between the
 passes over the seconds between them), ``steady_vs_raw`` and ``start_seconds`` (the short
-pass' time beyond its tokens at that rate; ``scripts/pass_lengths.py``).
+pass' time beyond its tokens at that rate; ``harness.steady``).
 
 ``--python_loop`` also consumes raw, bucket and pack in a Python loop (one op per batch: what a
 custom training loop pays). With several ``--parallel`` values the bucket and pack feeds run
-once per value (``bucket_by_length(num_parallel_pools=K)``, ``pack(num_parallel_parts=K)``):
-the batches are the same for every value, only the speed differs.
+once per value (``tfseq.experimental.parallelism(pools_and_parts=K)``: K pools or parts at
+once): the batches are the same for every value, only the speed differs.
 
-With ``--lanes=K`` raw, bucket and pack also run as K lanes (``tfseq.in_lanes``: K copies of
-the pipeline over a round-robin split of the files), and "bucket/pack after lanes" batch once
+With ``--lanes=K`` raw, bucket and pack also run as K lanes (``benchmarks/lanes.py``: K copies
+of the pipeline over a round-robin split of the files), and "bucket/pack after lanes" batch once
 after K read-and-tokenize lanes.
 
 The default corpus is the embedded one (both languages' text fields) cut into ``--files_out``
@@ -47,42 +47,41 @@ plain-text files and read ``--copies`` times, a stream many bucketing pools long
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-if os.environ.get("TFSEQ_BENCH_CORES"):  # the child: pin before TensorFlow starts
-    os.sched_setaffinity(0, range(int(os.environ["TFSEQ_BENCH_CORES"])))
+from benchmarks import harness
 
-from absl import app, flags  # noqa: E402
+harness.pin_cores()  # in a child: before TensorFlow starts
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import flags  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("cores", ["1", "2"], "Core counts, one pinned child process each.")
 flags.DEFINE_list("files", [], "Text files or globs (default: the embedded corpus, rewritten).")
 flags.DEFINE_integer("field", -1, "0-based TSV field holding the text; -1 for the whole line.")
 flags.DEFINE_integer("files_out", 16, "Files the embedded corpus is cut into.")
-flags.DEFINE_integer("copies", 8, "Each file is read this many times per timed pass (as that "
-                     "many symlinks): a stream several bucketing pools long, so the rate is "
-                     "the steady state and not one pool's fill-then-drain.")
+harness.define_copies(8)
 flags.DEFINE_integer("max_tokens", 8192, "Token budget per batch.")
 flags.DEFINE_integer("max_length", 512, "Length cap (longer examples are dropped and counted).")
 flags.DEFINE_integer("read_batch", 512, "Lines per batch from text_lines.")
-flags.DEFINE_integer("repeats", 3, "Timed passes per feed; the best is reported.")
-flags.DEFINE_list("parallel", ["default"], "Parallelism of the bucket and pack stages, one run "
-                  "of those feeds each: bucket_by_length(num_parallel_pools=K), "
-                  "pack(num_parallel_parts=K); 'default' leaves it to them.")
-flags.DEFINE_list("lanes", [], "Also run raw, bucket and pack as K lanes (tfseq.in_lanes: K whole "
-                  "pipelines over a round-robin split of the files, merged in a fixed order), "
-                  "one run per K; inside a lane pools and parts are --lane_parallel at once.")
+harness.define_repeats(3)
+flags.DEFINE_list("parallel", ["default"], "Parallelism of the bucket and pack stages (pools "
+                  "or parts at once), one run of those feeds each; 'default' leaves it to "
+                  "them.")
+flags.DEFINE_list("lanes", [], "Also run raw, bucket and pack as K lanes (benchmarks/lanes.py: "
+                  "K whole pipelines over a round-robin split of the files, merged in a fixed "
+                  "order), one run per K; inside a lane pools and parts are --lane_parallel at "
+                  "once.")
 flags.DEFINE_integer("lane_reads", 1, "Files each lane reads at once (text_lines' "
                      "num_parallel_reads inside a lane).")
 flags.DEFINE_integer("lane_buffer", 2, "Elements each lane prepares ahead (in_lanes' buffer).")
-flags.DEFINE_integer("lane_parallel", 0, "num_parallel_pools / num_parallel_parts inside a "
-                     "lane; 0: their default (the cores).")
+flags.DEFINE_integer("lane_parallel", 0, "Pools or parts at once inside a lane; 0: the "
+                     "default (the cores).")
 flags.DEFINE_string("tokenize_parallel", "auto", "tokenize(num_parallel_calls=...), and the "
                     "stream feeds' encode_calls: 'auto' (tf.data.AUTOTUNE), 'cores' (the "
                     "process' cores) or a number.")
@@ -93,15 +92,7 @@ flags.DEFINE_boolean("steady", True, "Also time each feed (but plain) over a qua
                      "a new iterator, which builds its functions and fills its first pool before "
                      "its first batch.")
 flags.DEFINE_boolean("python_loop", True, "Also consume raw, bucket and pack in a Python loop.")
-flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 flags.DEFINE_string("_child_out", None, "Internal: a child's JSON output file.")
-
-
-def default_files(out_dir: str) -> list[str]:
-    """The embedded corpus' text fields cut into ``--files_out`` files."""
-    from tfseq.scripts import embedded_text_files
-
-    return embedded_text_files(out_dir, FLAGS.files_out)
 
 
 def _text_of(lines, field):
@@ -110,9 +101,14 @@ def _text_of(lines, field):
     return lines if field < 0 else tf.strings.split(lines, "\t").to_tensor("")[:, field]
 
 
-def short_copies() -> int:
-    """``--steady``'s short pass: a quarter of ``--copies``, at least 1."""
-    return max(1, FLAGS.copies // 4)
+def parallelism(**settings):
+    """``tfseq.experimental.parallelism(**settings)`` for the pipelines built inside; nothing
+    when every setting is None (the defaults), so an older tree without it runs too."""
+    if all(value is None for value in settings.values()):
+        return contextlib.nullcontext()
+    from tfseq.experimental import parallelism as experimental_parallelism
+
+    return experimental_parallelism(**settings)
 
 
 def tokenize_calls():
@@ -128,6 +124,7 @@ def build_feeds(files, vocab, parallel):
     import tensorflow as tf
 
     import tfseq
+    from benchmarks import lanes as lanes_module
 
     def raw():
         ds = tfseq.text_lines(files, batch_size=FLAGS.read_batch)
@@ -137,14 +134,15 @@ def build_feeds(files, vocab, parallel):
         return ds.apply(tfseq.tokenize(vocab, num_parallel_calls=tokenize_calls()))
 
     def bucket(ds, k):
-        return ds.apply(tfseq.bucket_by_length(
-            max_tokens=FLAGS.max_tokens, max_length=FLAGS.max_length, seed=0,
-            counter=tfseq.DropCounter(), **({} if k is None else {"num_parallel_pools": k})))
+        with parallelism(pools_and_parts=k):
+            return ds.apply(tfseq.bucket_by_length(
+                max_tokens=FLAGS.max_tokens, max_length=FLAGS.max_length, seed=0,
+                counter=tfseq.DropCounter()))
 
     def pack(ds, k):
-        return ds.apply(tfseq.pack(FLAGS.max_length, max_tokens=FLAGS.max_tokens,
-                                   long_examples="drop", counter=tfseq.DropCounter(),
-                                   **({} if k is None else {"num_parallel_parts": k})))
+        with parallelism(pools_and_parts=k):
+            return ds.apply(tfseq.pack(FLAGS.max_length, max_tokens=FLAGS.max_tokens,
+                                       long_examples="drop", counter=tfseq.DropCounter()))
 
     count_raw = lambda b: tf.cast(tf.size(b["ids"].flat_values), tf.int64)  # noqa: E731
     count_bucket = lambda b: tf.reduce_sum(tf.cast(b["ids_length"], tf.int64))  # noqa: E731
@@ -181,7 +179,7 @@ def build_feeds(files, vocab, parallel):
             return ds.apply(tfseq.tokenize(vocab, num_parallel_calls=tokenize_calls()))
 
         def in_lanes(build, k=lanes):
-            return tfseq.in_lanes(files, build, num_lanes=k, buffer=FLAGS.lane_buffer)
+            return lanes_module.in_lanes(files, build, num_lanes=k, buffer=FLAGS.lane_buffer)
 
         suffix = f" lanes={lanes}"
         feeds["raw" + suffix] = (in_lanes(lane_raw), count_raw)
@@ -202,7 +200,7 @@ def build_feeds(files, vocab, parallel):
     for mode in [m for m in ("bucket", "pack") if "stream_" + m in wanted]:
         feeds["stream_" + mode] = (stream_feed(files, vocab, mode), lambda b: b[1]["tokens"])
     if "plain" in wanted:  # one copy of the files: it is ~30x slower than the others
-        feeds["plain"] = (plain_feed(files[:len(files) // FLAGS.copies], vocab),
+        feeds["plain"] = (plain_feed(files[:max(1, len(files) // FLAGS.copies)], vocab),
                           lambda ids: tf.math.count_nonzero(ids, dtype=tf.int64))
     return feeds
 
@@ -228,10 +226,10 @@ def stream_feed(files, vocab, mode):
         return {"ids": tf.cast(ids, tf.int32)}
 
     epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
-    return tfseq.ResumableStream(shards, encode, batching.pool_batcher(counter),
-                                 counter=counter, seed=0, epoch=epoch,
-                                 encode_calls=tokenize_calls(),
-                                 **batching.pool_size).dataset()
+    with parallelism(encode_calls=tokenize_calls()):
+        return tfseq.ResumableStream(shards, encode, batching.pool_batcher(counter),
+                                     counter=counter, seed=0, epoch=epoch,
+                                     **batching.pool_size).dataset()
 
 
 def plain_feed(files, vocab):
@@ -262,7 +260,6 @@ def run_child(files, copies):
     import tensorflow as tf
 
     import tfseq
-    from tfseq.scripts.pass_lengths import steady
 
     texts = tfseq.text_lines(files, batch_size=4096).map(
         lambda lines: _text_of(lines, FLAGS.field)).unbatch()
@@ -270,25 +267,20 @@ def run_child(files, copies):
     parallel = [None if k == "default" else int(k) for k in FLAGS.parallel]
     feeds = build_feeds(copies, vocab, parallel)
     options = tfseq.pipeline_options()
-    timers = {}
-    for name, (ds, count) in feeds.items():
-        ds = ds.with_options(options)
-        timers[name] = (ds, count)
-    if FLAGS.steady and short_copies() < FLAGS.copies:
-        short = build_feeds(copies[:len(files) * short_copies()], vocab, parallel)
+    timers = {name: (ds.with_options(options), count) for name, (ds, count) in feeds.items()}
+    short_copies = harness.short_copies(FLAGS.copies)
+    if FLAGS.steady and short_copies < FLAGS.copies:
+        short = build_feeds(copies[:len(files) * short_copies], vocab, parallel)
         for name, (ds, count) in short.items():
             if name in timers and not name.startswith(("plain", "read")):
                 timers[name + " (short)"] = (ds.with_options(options), count)
-    best = {}
-    for _ in range(FLAGS.repeats):  # round robin: a slow spell hits every feed alike
-        for name, (ds, count) in timers.items():
-            start, cpu = time.perf_counter(), time.process_time()
-            tokens = int(ds.reduce(tf.constant(0, tf.int64), lambda a, b, c=count: a + c(b)))
-            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-            print(f"  {name}: {tokens / seconds / 1e6:.2f}M/s ({tokens} in {seconds:.2f} s, "
-                  f"cpu {cpu:.1f} s)", flush=True)  # as it goes: a run cut short still shows
-            if name not in best or seconds < best[name][1]:
-                best[name] = (tokens, seconds, cpu)
+
+    def report(name, run):  # as it goes: a run cut short still shows
+        tokens, seconds, cpu = run
+        print(f"  {name}: {tokens / seconds / 1e6:.2f}M/s ({tokens} in {seconds:.2f} s, "
+              f"cpu {cpu:.1f} s)", flush=True)
+
+    best = harness.best_passes(timers, FLAGS.repeats, on_pass=report)
     shorts = {name[:-len(" (short)")]: best.pop(name) for name in list(best)
               if name.endswith(" (short)")}
     if FLAGS.python_loop:
@@ -306,7 +298,7 @@ def run_child(files, copies):
                     best[key] = (tokens, seconds, cpu)
     cores = len(os.sched_getaffinity(0))
     raw_rate = best["raw"][0] / best["raw"][1]
-    raw_steady = (steady(shorts["raw"], best["raw"])["steady_tokens_per_second"]
+    raw_steady = (harness.steady(shorts["raw"], best["raw"])["steady_tokens_per_second"]
                   if "raw" in shorts else None)
     lines = best["read"][0] if "read" in best else None  # lines per pass (all copies)
     rows = []
@@ -322,7 +314,7 @@ def run_child(files, copies):
                "seconds": round(seconds, 4), "tokens_per_second": tokens / seconds,
                "vs_raw": tokens / seconds / raw_rate, "cpu_ns_per_token": cpu / tokens * 1e9}
         if name in shorts and raw_steady:
-            row.update(steady(shorts[name], (tokens, seconds)))
+            row.update(harness.steady(shorts[name], (tokens, seconds)))
             row["steady_vs_raw"] = row["steady_tokens_per_second"] / raw_steady
         if lines and not name.startswith("plain"):
             row["lines_per_second"] = lines / seconds
@@ -332,36 +324,17 @@ def run_child(files, copies):
 
 def main(argv):
     del argv
-    with tempfile.TemporaryDirectory(prefix="bench_scaling_") as tmp:
-        if FLAGS._child_out:
-            files = FLAGS.files
-            if not files:
-                files = default_files(tmp)
-            import tfseq
+    if FLAGS._child_out:  # one core count, pinned
+        import tfseq
 
-            files = tfseq.reading.resolve_files(files)
-            copies = []
-            for i in range(FLAGS.copies):
-                for path in files:
-                    link = os.path.join(tmp, f"copy{i:02d}_{os.path.basename(path)}")
-                    os.symlink(os.path.abspath(path), link)
-                    copies.append(link)
-            rows = run_child(files, copies)
-            with open(FLAGS._child_out, "w") as f:
-                json.dump(rows, f)
-            return
-        rows = []
-        for n in [int(c) for c in FLAGS.cores]:
-            if n > os.cpu_count():
-                print(f"skipping {n} cores: this machine has {os.cpu_count()}")
-                continue
-            out = os.path.join(tmp, f"cores{n}.json")
-            env = dict(os.environ, TFSEQ_BENCH_CORES=str(n))
-            args = [a for a in sys.argv[1:] if not a.startswith(("--json_out", "--cores"))]
-            subprocess.run([sys.executable, os.path.abspath(__file__), *args,
-                            f"--_child_out={out}"], env=env, check=True)
-            with open(out) as f:
-                rows += json.load(f)
+        with tempfile.TemporaryDirectory(prefix="bench_scaling_") as tmp:
+            files = tfseq.reading.resolve_files(
+                FLAGS.files or harness.embedded_text_files(tmp, FLAGS.files_out))
+            rows = run_child(files, harness.linked_copies(files, FLAGS.copies, tmp))
+        with open(FLAGS._child_out, "w") as f:
+            json.dump(rows, f)
+        return
+    rows = harness.per_core_count(__name__, FLAGS.cores)
     by_cores = {}
     for row in rows:
         by_cores.setdefault(row["cores"], {})[row["feed"]] = row
@@ -382,7 +355,7 @@ def main(argv):
         print(f"{feed:32s} " + " ".join(f"{cell:>24s}" for cell in cells))
     if any("steady_tokens_per_second" in row for row in rows):
         print("\nsteady M real tokens/s (x raw's steady rate) and start s, from passes of "
-              f"{FLAGS.copies} and {short_copies()} copies")
+              f"{FLAGS.copies} and {harness.short_copies(FLAGS.copies)} copies")
         print(f"{'feed':32s} " + " ".join(f"{f'{c} cores':>24s}" for c in by_cores))
         for feed in feeds:
             cells = []
@@ -404,16 +377,12 @@ def main(argv):
                 gains[feed] = a["seconds"] / b["seconds"] if feed.startswith("read") else (
                     b["tokens_per_second"] / a["tokens_per_second"])
                 print(f"  {feed:32s} x{gains[feed]:.2f}")
-    if FLAGS.json_out:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
-        with open(FLAGS.json_out, "w") as f:
-            json.dump({"benchmark": "scaling", "max_tokens": FLAGS.max_tokens,
-                       "max_length": FLAGS.max_length, "read_batch": FLAGS.read_batch,
-                       "tokenize_parallel": FLAGS.tokenize_parallel,
-                       "copies": FLAGS.copies, "steady": FLAGS.steady, "rows": rows,
-                       "gains": {"from_cores": cores[0], "to_cores": cores[-1],
-                                 "feeds": gains} if len(cores) > 1 else None}, f, indent=1)
-
+    harness.write_json({"benchmark": "scaling", "max_tokens": FLAGS.max_tokens,
+                        "max_length": FLAGS.max_length, "read_batch": FLAGS.read_batch,
+                        "tokenize_parallel": FLAGS.tokenize_parallel,
+                        "copies": FLAGS.copies, "steady": FLAGS.steady, "rows": rows,
+                        "gains": {"from_cores": cores[0], "to_cores": cores[-1],
+                                  "feeds": gains} if len(cores) > 1 else None})
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)

@@ -1,7 +1,7 @@
 r"""What Python costs per training step: ``Trainer`` steps/s with several steps per call.
 
 Usage:
-  python scripts/bench_steps.py --steps_per_execution=1,4,16,64 --json_out=bench_out/steps.json
+  python -m benchmarks.steps --steps_per_execution=1,4,16,64 --json_out=bench_out/steps.json
 
 A small model (embedding 16, masked mean, dense) on ``bucket_by_length`` batches of synthetic
 examples (lengths 1..64, ``max_tokens`` 1024): its step is short, so the loop's Python per step
@@ -12,21 +12,21 @@ steps/s and examples/s, and the ratio to one step per call.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
+
+from benchmarks import harness  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("steps_per_execution", ["1", "4", "16", "64"], "Values to compare.")
 flags.DEFINE_integer("examples", 40_000, "Synthetic examples per epoch.")
 flags.DEFINE_integer("max_tokens", 1024, "Token budget per batch.")
-flags.DEFINE_integer("repeats", 2, "Timed epochs per value; the best is reported.")
+harness.define_repeats(2, "Timed epochs per value; the best is reported.")
 flags.DEFINE_boolean("jit_compile", False, "Also compile the step with XLA (static shapes).")
-flags.DEFINE_string("json_out", None, "Write the rows here as JSON.")
 
 
 def dataset(seed=0):
@@ -91,19 +91,14 @@ def main(argv):
         rows.append({"steps_per_execution": k, "steps": best[0], "seconds": round(best[1], 3),
                      "steps_per_second": best[0] / best[1],
                      "examples_per_second": FLAGS.examples / best[1]})
-    base = rows[0]["steps_per_second"]
-    print(f"{'steps per call':>15s} {'steps/s':>9s} {'examples/s':>11s} {'x 1 per call':>13s}")
-    for row in rows:
-        row["vs_first"] = row["steps_per_second"] / base
-        print(f"{row['steps_per_execution']:15d} {row['steps_per_second']:9.0f} "
-              f"{row['examples_per_second']:11.0f} {row['vs_first']:12.2f}x")
-    if FLAGS.json_out:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
-        with open(FLAGS.json_out, "w") as f:
-            json.dump({"benchmark": "steps", "jit_compile": FLAGS.jit_compile,
-                       "examples": FLAGS.examples, "max_tokens": FLAGS.max_tokens,
-                       "rows": rows}, f, indent=1)
+    harness.add_ratios(rows, rows[0], vs_first="steps_per_second")
+    harness.print_table(rows, [
+        ("steps per call", "steps_per_execution", "d"), ("steps/s", "steps_per_second", ".0f"),
+        ("examples/s", "examples_per_second", ".0f"), ("x 1 per call", "vs_first", ".2f")])
+    harness.write_json({"benchmark": "steps", "jit_compile": FLAGS.jit_compile,
+                        "examples": FLAGS.examples, "max_tokens": FLAGS.max_tokens,
+                        "rows": rows})
 
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)

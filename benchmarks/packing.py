@@ -23,15 +23,14 @@ reports real (non-pad) tokens/s over the timed ``train_on_batch`` steps (after 3
 steps; the two schemes' steps interleaved). One JSON file holds everything.
 
 Usage:
-  python scripts/bench_packing.py --json_out=bench_out/packing.json
-  python scripts/bench_packing.py --corpora=kjv --train_steps=0
-  python scripts/bench_packing.py --files='data/*.txt.gz' --field=-1   # your own text
+  python -m benchmarks.packing --json_out=bench_out/packing.json
+  python -m benchmarks.packing --corpora=kjv --train_steps=0
+  python -m benchmarks.packing --files='data/*.txt.gz' --field=-1   # your own text
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
@@ -44,6 +43,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tfseq  # noqa: E402
+from benchmarks import harness  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("corpora", ["kjv", "zipf"],
@@ -60,7 +60,6 @@ flags.DEFINE_integer("block_length", 512, "Row length for packing; also the max 
 flags.DEFINE_integer("window", 4, "tfseq.pack window (batches' worth of tokens kept open).")
 flags.DEFINE_integer("seed", 0, "Seed for the shuffle and the synthetic corpus.")
 flags.DEFINE_integer("train_steps", 8, "Timed training steps per scheme (0: no training bench).")
-flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 
 HASH_BUCKETS = 30000
 TRAIN_VOCAB = 1024
@@ -90,19 +89,14 @@ def kjv_corpus() -> tf.data.Dataset:
 
 def synthetic_corpus(kind: str, size: int, seed: int) -> tf.data.Dataset:
     rng = np.random.default_rng(seed)
-    if kind == "zipf":
-        lengths = np.ceil(8 * (rng.pareto(1.2, size) + 1)).astype(np.int64) - 7
-    else:
-        lengths = np.ceil(rng.lognormal(math.log(20), 1.2, size)).astype(np.int64)
-    lengths = np.minimum(lengths, 4096)
-    values = rng.integers(1, HASH_BUCKETS + 1, lengths.sum(), dtype=np.int32)
-    ids = tf.RaggedTensor.from_row_lengths(values, lengths)
-    return tf.data.Dataset.from_tensor_slices({"ids": ids}).map(lambda e: {"ids": e["ids"]})
+    lengths = (harness.power_law_lengths(size, rng) if kind == "zipf" else
+               harness.lognormal_lengths(size, rng, median=20, sigma=1.2))
+    return harness.id_examples(lengths, rng, HASH_BUCKETS)
 
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """What every scheme is given (the fields bench_batching.py's Setting also has)."""
+    """What every scheme is given (the fields benchmarks/batching.py's Setting also has)."""
     max_tokens: int
     max_length: int
     seed: int = 0
@@ -173,7 +167,7 @@ def ffd_reference(s: Setting):
 OFFLINE = "first-fit decreasing, offline (reference)"
 PACK_LENGTHS = "tfseq pack, 3 row lengths"
 
-# (name, builder(Setting) -> (dataset -> batched dataset)), as in bench_batching.py's SCHEMES.
+# (name, builder(Setting) -> (dataset -> batched dataset)), as in benchmarks/batching.py.
 SCHEMES = [
     ("plain padded_batch", plain),
     ("tfseq pack", tfseq_pack),
@@ -182,24 +176,9 @@ SCHEMES = [
 ]
 
 
-def batch_numbers(batch):
-    """int64 (batches, examples, real tokens, cells, max cells) of a padded or packed batch."""
-    ids = batch["ids"]
-    cells = tf.cast(tf.size(ids), tf.int64)
-    real = tf.math.count_nonzero(ids, dtype=tf.int64)
-    if "ids_segment_ids" in batch:
-        examples = tf.cast(tf.reduce_sum(tf.reduce_max(batch["ids_segment_ids"], axis=1)),
-                           tf.int64)
-    else:
-        examples = tf.cast(tf.shape(ids)[0], tf.int64)
-    return tf.stack([tf.constant(1, tf.int64), examples, real, cells, cells])
-
-
 def measure(dataset: tf.data.Dataset) -> np.ndarray:
-    totals = dataset.map(batch_numbers).reduce(
-        tf.zeros([5], tf.int64),
-        lambda acc, x: tf.concat([acc[:4] + x[:4], tf.maximum(acc[4:], x[4:])], 0))
-    return totals.numpy()
+    """[batches, examples, real tokens, cells, max cells] of one pass (``harness.batch_totals``)."""
+    return harness.batch_totals(dataset)[0]
 
 
 def lm_model() -> keras.Model:
@@ -298,9 +277,7 @@ def run_corpus(name: str, examples: tf.data.Dataset, setting: Setting) -> dict:
                      "max_batch_cells": int(max_cells), "tokens_per_s": real / seconds,
                      "first_pass_s": first_pass})
     ref = next(r for r in rows if r["scheme"] == "tfseq pack")
-    for r in rows:
-        r["steps_vs_pack"] = r["batches"] / ref["batches"]
-        r["speed_vs_pack"] = r["tokens_per_s"] / ref["tokens_per_s"]
+    harness.add_ratios(rows, ref, steps_vs_pack="batches", speed_vs_pack="tokens_per_s")
     if FLAGS.train_steps > 0:
         trained = train_speeds({
             "plain padded_batch": (data.apply(plain(setting)), False),
@@ -322,16 +299,12 @@ def print_table(result: dict, setting: Setting) -> None:
           f"{result['median_length']:.0f}, p90 {result['p90_length']:.0f}, max "
           f"{result['max_length']}; fewest batches at max_tokens={setting.max_tokens}: "
           f"{result['fewest_batches']}")
-    header = (f"{'scheme':42} {'step eff':>8} {'pad eff':>8} {'batches':>8} {'max cells':>9} "
-              f"{'tok/s':>10} {'steps/pack':>10} {'speed/pack':>10} {'train tok/s':>11}")
-    print(header)
-    print("-" * len(header))
-    for r in result["schemes"]:
-        train = r.get("train_real_tokens_per_s")
-        print(f"{r['scheme']:42} {r['step_efficiency']:8.3f} {r['padding_efficiency']:8.3f} "
-              f"{r['batches']:8d} {r['max_batch_cells']:9d} {r['tokens_per_s']:10,.0f} "
-              f"{r['steps_vs_pack']:10.2f} {r['speed_vs_pack']:10.2f} "
-              f"{'' if train is None else f'{train:11,.0f}'}")
+    harness.print_table(result["schemes"], [
+        ("scheme", "scheme", ""), ("step eff", "step_efficiency", ".3f"),
+        ("pad eff", "padding_efficiency", ".3f"), ("batches", "batches", "d"),
+        ("max cells", "max_batch_cells", "d"), ("tok/s", "tokens_per_s", ",.0f"),
+        ("steps/pack", "steps_vs_pack", ".2f"), ("speed/pack", "speed_vs_pack", ".2f"),
+        ("train tok/s", "train_real_tokens_per_s", ",.0f")])
 
 
 def main(argv):
@@ -355,14 +328,9 @@ def main(argv):
             raise app.UsageError(f"Unknown corpus {name!r}; use kjv, zipf or lognormal")
         results.append(run_corpus(name, examples, setting))
         print_table(results[-1], setting)
-    if FLAGS.json_out:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
-        with open(FLAGS.json_out, "w") as f:
-            json.dump({"max_tokens": setting.max_tokens, "block_length": setting.max_length,
-                       "window": setting.window, "train_steps": FLAGS.train_steps,
-                       "results": results}, f, indent=2)
-        logging.info("wrote %s", FLAGS.json_out)
-
+    harness.write_json({"max_tokens": setting.max_tokens, "block_length": setting.max_length,
+                        "window": setting.window, "train_steps": FLAGS.train_steps,
+                        "results": results})
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)

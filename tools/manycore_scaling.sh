@@ -5,10 +5,10 @@
 # transfer each), and optionally a baseline tree as .dev/base.tgz (`git archive --format=tar.gz
 # -o .dev/base.tgz <commit>`) carried with the last part. Then, from the repository root there:
 #
-#   bash scripts/manycore_scaling.sh [table|lanes|stream|tokenize]   # results under $OUT (default /tmp/scaling_out)
+#   bash tools/manycore_scaling.sh [table|lanes|stream|tokenize]   # results under $OUT (default /tmp/scaling_out)
 #
-# It installs the wheels into /tmp/site once, then runs scripts/bench_scaling.py for this tree
-# (and the baseline's tfseq with the same script) at several core counts, most wanted first,
+# It installs the wheels into /tmp/site once, then runs python -m benchmarks.scaling of this tree
+# (also against the baseline's tfseq) at several core counts, most wanted first,
 # one JSON per run written as soon as it is done, so a run cut short still returns what it had.
 # DEADLINE (seconds, default 480) stops starting new runs once that much time has gone.
 set -u
@@ -30,7 +30,7 @@ here=$PWD
 { echo "setup $((SECONDS - start)) s; cores $(nproc); $(python3 --version)"
   lscpu | grep -E "Model name|^CPU\(s\)|Thread|MHz" ; } | tee "$OUT/machine.txt"
 
-# run NAME TREE TIMEOUT CORES ARGS...: one bench_scaling run, its JSON and log in $OUT
+# run NAME TREE TIMEOUT CORES ARGS...: one benchmarks.scaling run, its JSON and log in $OUT
 # (one pass length: the machine's minutes are few; ARGS may add --steady)
 run() {
   local name=$1 tree=$2 limit=$3 cores=$4; shift 4
@@ -40,7 +40,8 @@ run() {
   [ -d "$tree" ] || { echo "skip $name: no $tree" | tee -a "$OUT/log.txt"; return; }
   echo "== $name ($((SECONDS - start)) s in; limit $limit s)" | tee -a "$OUT/log.txt"
   # tfseq.scripts / .pipelines / .models are mapped by the editable install (setup.py's
-  # package_dir); with PYTHONPATH only, a copy of the package gets them as links.
+  # package_dir); with PYTHONPATH only, a copy of the package gets them as links. This tree
+  # comes last on the path: its benchmarks/ package, measuring TREE's tfseq.
   local pkg="/tmp/pkg_$(echo "$tree" | tr / _)"
   if [ ! -d "$pkg/tfseq" ]; then
     mkdir -p "$pkg" && cp -r "$tree/tfseq" "$pkg/"
@@ -48,8 +49,8 @@ run() {
       [ -d "$tree/$d" ] && [ ! -e "$pkg/tfseq/$d" ] && ln -s "$tree/$d" "$pkg/tfseq/$d"
     done
   fi
-  (cd /tmp && PYTHONPATH=/tmp/site:$pkg timeout "$limit" python3 \
-      "$here/scripts/bench_scaling.py" --cores="$cores" --copies=16 \
+  (cd /tmp && PYTHONPATH=/tmp/site:$pkg:$here timeout "$limit" python3 \
+      -m benchmarks.scaling --cores="$cores" --copies=16 \
       --json_out="$OUT/$name.json" --nosteady "$@") >> "$OUT/log.txt" 2>&1
   echo "   rc $? after $((SECONDS - start)) s" | tee -a "$OUT/log.txt"
 }
@@ -65,7 +66,7 @@ table)  # the scaling table, this tree and the baseline
   run now_16_parallel "$here" 90 16 --repeats=2 --feeds=raw,bucket,pack,bucket_alone,pack_alone \
     --parallel=1,4,16 --python_loop=false
   run base_8 /tmp/base 60 8 --repeats=3 "$FIVE" --python_loop=false ;;
-lanes)  # K pipelines over a file split (tfseq.in_lanes) against one chain; 16 cores first. On
+lanes)  # K pipelines over a file split (benchmarks/lanes.py) against one chain; 16 cores first. On
   # 2026-11-27 lanes_16 took ~110 s (one pass of 47.9M tokens per feed); 64 copies with two
   # passes each did not finish in 200 s.
   L="--feeds=raw,bucket,pack --python_loop=false --repeats=1"
@@ -82,9 +83,9 @@ stream)  # the binaries' stream: encode at AUTOTUNE against fixed calls; raw in 
   run stream_cores_16 "$here" 120 16 $S --tokenize_parallel=cores --lanes=4
   run stream_auto_2 "$here" 120 2 $S --lanes=2
   run stream_cores_2 "$here" 120 2 $S --tokenize_parallel=cores --lanes=2 ;;
-tokenize)  # where the raw feed stops scaling (scripts/diag_raw_scaling.py), tokenize's parallelism
+tokenize)  # where the raw feed stops scaling (benchmarks/raw_scaling.py), tokenize's parallelism
   echo "== diag 2,16 ($((SECONDS - start)) s in)" | tee -a "$OUT/log.txt"
-  (cd /tmp && PYTHONPATH=/tmp/site:$here timeout 150 python3 "$here/scripts/diag_raw_scaling.py" \
+  (cd /tmp && PYTHONPATH=/tmp/site:$here timeout 150 python3 -m benchmarks.raw_scaling \
      --cores=2,16 --json_out="$OUT/diag.json") >> "$OUT/log.txt" 2>&1
   THREE=--feeds=raw,bucket,pack
   run tok_cores_16 "$here" 45 16 --repeats=3 "$THREE" --python_loop=false --tokenize_parallel=cores
@@ -93,7 +94,7 @@ tokenize)  # where the raw feed stops scaling (scripts/diag_raw_scaling.py), tok
   run tok_auto_2 "$here" 60 2 --repeats=3 "$THREE" --python_loop=false
   [ $((DEADLINE - (SECONDS - start))) -lt 60 ] && { echo "skip diag 8: deadline"; exit 0; }
   echo "== diag 8 ($((SECONDS - start)) s in)" | tee -a "$OUT/log.txt"
-  (cd /tmp && PYTHONPATH=/tmp/site:$here timeout 60 python3 "$here/scripts/diag_raw_scaling.py" \
+  (cd /tmp && PYTHONPATH=/tmp/site:$here timeout 60 python3 -m benchmarks.raw_scaling \
      --cores=8 --json_out="$OUT/diag8.json") >> "$OUT/log.txt" 2>&1 ;;
 esac
 grep -v "^I0000\|^W0000\|^E0000\|WARNING" "$OUT/log.txt" | tail -120

@@ -1,9 +1,9 @@
 r"""Your corpus at scale: time to the first step, memory, disk, and the checkpoint's data state.
 
 Usage:
-  python scripts/bench_setup.py --json_out=bench_out/setup.json                # 1x, 4x, 16x
-  python scripts/bench_setup.py --sizes=1 --tokenizer=sentencepiece
-  python scripts/bench_setup.py --train_py=/tmp/old/scripts/train.py --sizes=1  # another tree
+  python -m benchmarks.startup --json_out=bench_out/startup.json              # 1x, 4x, 16x
+  python -m benchmarks.startup --sizes=1 --tokenizer=sentencepiece
+  python -m benchmarks.startup --train_py=/tmp/old/scripts/train.py --sizes=1  # another tree
 
 For each size (``--sizes`` times ``--base_mb`` of text) it writes a labelled TSV sorted by
 label (``write_corpus``: 20 labels, Zipf-distributed words of a 50k vocabulary with
@@ -37,7 +37,9 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
+
+from benchmarks import harness  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = flags.FLAGS
@@ -52,7 +54,6 @@ flags.DEFINE_integer("checkpoint_every", 10, "Checkpoint every N steps.")
 flags.DEFINE_string("train_py", os.path.join(ROOT, "scripts", "train.py"),
                     "The training binary to measure (e.g. an older tree's).")
 flags.DEFINE_integer("seed", 0, "Corpus seed.")
-flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 
 LABELS = 20
 VOCAB = 50_000
@@ -193,7 +194,7 @@ def main(argv):
     del argv
     os.makedirs(FLAGS.data_dir, exist_ok=True)
     rows = [measure(int(s)) for s in FLAGS.sizes]
-    print(f"\nbench_setup: classify, --tokenizer={FLAGS.tokenizer} "
+    print(f"\nbenchmarks.startup: classify, --tokenizer={FLAGS.tokenizer} "
           f"--vocab_size={FLAGS.vocab_size}, {os.cpu_count()} cores, wall seconds")
     print(f"{'size':>5} {'MB':>6} {'lines':>10} {'plain read':>10} {'read+labels+':>12} "
           f"{'vocab':>6} {'first step':>10} {'/ (read+vocab)':>14} {'peak MB':>8} "
@@ -213,13 +214,9 @@ def main(argv):
               f"{r['save_seconds'] or 0:7.2f} {r['restore_seconds'] or 0:9.2f} "
               f"{r['first_batch_after_restore_seconds'] or 0:11.1f} "
               f"{r['resume_peak_rss_mb']:14.0f}")
-    if FLAGS.json_out:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
-        with open(FLAGS.json_out, "w") as f:
-            json.dump({"flags": {k: FLAGS[k].value for k in (
-                "sizes", "base_mb", "tokenizer", "vocab_size", "max_steps", "checkpoint_every",
-                "train_py")}, "rows": rows}, f, indent=2)
-
+    harness.write_json({"flags": harness.flag_values(
+        "sizes", "base_mb", "tokenizer", "vocab_size", "max_steps", "checkpoint_every",
+        "train_py"), "rows": rows})
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)

@@ -1,8 +1,8 @@
 r"""How mixed are batches built from a label-sorted file, with and without the line shuffle?
 
 Usage:
-  python scripts/bench_mixing.py --json_out=bench_out/mixing.json
-  python scripts/bench_mixing.py --lines=20000 --repeats=1
+  python -m benchmarks.mixing --json_out=bench_out/mixing.json
+  python -m benchmarks.mixing --lines=20000 --repeats=1
 
 A synthetic single file of ``--lines`` lines in 15 labels, sorted by label, lengths varied
 (geometric, mean depending mildly on the label). Composition:
@@ -23,7 +23,6 @@ drift, which on a 2-3 s epoch moves a single ratio by 20% or more.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import tempfile
@@ -32,19 +31,20 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
+
+from benchmarks import harness  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("lines", 50_000, "Lines in the synthetic file.")
 flags.DEFINE_integer("labels", 15, "Labels (the file is sorted by label).")
 flags.DEFINE_integer("max_tokens", 4096, "Token budget per batch (bucket, pack).")
 flags.DEFINE_integer("read_batch", 1024, "text_lines batch_size.")
-flags.DEFINE_integer("repeats", 7, "Timed rounds (one epoch without and one with the shuffle "
-                     "each) per scheme, after a warm-up epoch of each.")
+harness.define_repeats(7, "Timed rounds (one epoch without and one with the shuffle each) "
+                       "per scheme, after a warm-up epoch of each.")
 flags.DEFINE_list("schemes", ["bucket", "pack", "pad"], "Batching schemes.")
 flags.DEFINE_integer("shuffle_shard_bytes", 64 << 20, "text_lines shuffle_shard_bytes (K = "
                      "file bytes / this, rounded up).")
-flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 
 
 def write_corpus(directory, n, labels, seed=0):
@@ -71,8 +71,8 @@ def pipeline(path, vocab, scheme, shuffle):
 
     import tfseq
 
-    kwargs = {"shuffle_lines": True, "seed": 0,
-                                 "shuffle_shard_bytes": FLAGS.shuffle_shard_bytes} if shuffle else {}
+    kwargs = ({"shuffle_lines": True, "seed": 0,
+               "shuffle_shard_bytes": FLAGS.shuffle_shard_bytes} if shuffle else {})
     ds = tfseq.text_lines(path, batch_size=FLAGS.read_batch, **kwargs)
 
     def split(lines):
@@ -158,12 +158,8 @@ def main(argv):
         print(f"{scheme:8} shuffled rate / unshuffled rate, median of {FLAGS.repeats} paired "
               f"epochs: {np.median(pair_ratios):.2f} (range {pair_ratios.min():.2f}-"
               f"{pair_ratios.max():.2f})")
-    if FLAGS.json_out:
-        os.makedirs(os.path.dirname(FLAGS.json_out) or ".", exist_ok=True)
-        with open(FLAGS.json_out, "w") as f:
-            json.dump({"lines": FLAGS.lines, "labels": FLAGS.labels,
-                       "max_tokens": FLAGS.max_tokens, "results": results}, f, indent=1)
-
+    harness.write_json({"lines": FLAGS.lines, "labels": FLAGS.labels,
+                        "max_tokens": FLAGS.max_tokens, "results": results})
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)

@@ -2,8 +2,8 @@ r"""Many sources: the rate of reading JSON Lines and TFRecord against TSV, and o
 mixture of corpora against bucketing one.
 
 Usage:
-  python scripts/bench_sources.py --json_out=bench_out/sources.json
-  python scripts/bench_sources.py --copies=2 --repeats=2
+  python -m benchmarks.sources --json_out=bench_out/sources.json
+  python -m benchmarks.sources --copies=2 --repeats=2
 
 The rows (label = the book, text = the verse) of the embedded corpus, both languages (62,204
 rows), written ``--copies`` times into three files of the same rows: ``rows.tsv``,
@@ -26,55 +26,33 @@ The sharded rows are held against the sharded TSV.
 
 ``--steady`` (the default; needs ``--copies`` of 2 or more) also times the bucket feeds over a
 quarter of the copies, in the same round robin, and splits each into a steady rate and a start
-(as ``bench_scaling.py --steady`` does: each pass builds its iterator again, and the mixture
+(as ``benchmarks.scaling --steady`` does: each pass builds its iterator again, and the mixture
 builds three read pipelines, three chunking ``scan``s and the merge): the bucket rows get
 ``steady_rate``, ``steady_ratio`` (against one source's steady rate) and ``start_seconds``.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
+
+from benchmarks import harness  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("copies", 4, "Times the corpus' rows are written into each file.")
-flags.DEFINE_integer("repeats", 3, "Timed passes per feed (best kept), round robin.")
+harness.define_copies(4, "Times the corpus' rows are written into each file.")
+harness.define_repeats(3)
 flags.DEFINE_integer("max_tokens", 8192, "Token budget per batch (bucket feeds).")
 flags.DEFINE_list("feeds", ["read", "bucket"], "Which groups of feeds to run: read, bucket.")
-flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 flags.DEFINE_boolean("steady", True, "Also time the bucket feeds over a quarter of the copies "
                      "and split their time into a steady rate and a start.")
 
 
-def corpus_rows() -> list[tuple[str, str]]:
-    """(book, verse text) of both embedded corpora."""
-    import tfseq
-
-    path = tfseq.corpus_path()
-    paths = [path, os.path.join(os.path.dirname(path), "rv1909_es.tsv.gz")]
-    rows = []
-    for p in paths:
-        if os.path.exists(p):
-            with gzip.open(p, "rt", encoding="utf-8") as f:
-                for line in f:
-                    fields = line.rstrip("\n").split("\t")
-                    rows.append((fields[0], fields[-1]))
-    return rows
-
-
 SHARDS = 8
-
-
-def short_copies() -> int:
-    """``--steady``'s short pass: a quarter of ``--copies``, at least 1."""
-    return max(1, FLAGS.copies // 4)
 
 
 def write_tsv(out_dir: str, rows, copies: int) -> dict[str, str]:
@@ -189,71 +167,59 @@ def bucket_feeds(paths, total_rows, vocab):
 
 def main(argv):
     del argv
-    import tensorflow as tf
-
     import tfseq
-    from tfseq.scripts.pass_lengths import steady
 
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench_sources_") as tmp:
-        rows = corpus_rows()
+        rows = harness.embedded_rows()
         paths = write_files(tmp, rows)
         sizes = {k: os.path.getsize(p) for k, p in paths.items() if isinstance(p, str)}
         feeds, vocab = build_feeds(paths, len(rows) * FLAGS.copies)
-        shorts = {}
-        if FLAGS.steady and "bucket" in FLAGS.feeds and short_copies() < FLAGS.copies:
+        short_copies = harness.short_copies(FLAGS.copies)
+        if FLAGS.steady and "bucket" in FLAGS.feeds and short_copies < FLAGS.copies:
             os.makedirs(os.path.join(tmp, "short"))
-            short_paths = write_tsv(os.path.join(tmp, "short"), rows, short_copies())
-            shorts = bucket_feeds(short_paths, len(rows) * short_copies(), vocab)
+            short_paths = write_tsv(os.path.join(tmp, "short"), rows, short_copies)
+            feeds.update({f"{name} (short)": feed for name, feed in bucket_feeds(
+                short_paths, len(rows) * short_copies, vocab).items()})
         options = tfseq.pipeline_options()
-        best, best_short = {}, {}
-        for _ in range(FLAGS.repeats):
-            for name, (ds, count), into in (
-                    [(n, f, best) for n, f in feeds.items()] +
-                    [(n, f, best_short) for n, f in shorts.items()]):
-                if name.split(" ")[0].rstrip(",") not in FLAGS.feeds:
-                    continue
-                ds = ds.with_options(options)
-                start = time.perf_counter()
-                n = int(ds.reduce(tf.constant(0, tf.int64), lambda a, b, c=count: a + c(b)))
-                seconds = time.perf_counter() - start
-                if name not in into or seconds < into[name][1]:
-                    into[name] = (n, seconds)
+        best = harness.best_passes(
+            {name: (ds.with_options(options), count) for name, (ds, count) in feeds.items()
+             if name.split(" ")[0].rstrip(",") in FLAGS.feeds}, FLAGS.repeats)
+    best_short = {name[:-len(" (short)")]: best.pop(name)[:2] for name in list(best)
+                  if name.endswith(" (short)")}
     rate_of = lambda name: best[name][0] / best[name][1] if name in best else None  # noqa
     tsv_rate, one_rate = rate_of("read tsv"), rate_of("bucket, one source")
     sharded_rate = rate_of(f"read tsv, {SHARDS} shards")
-    print(f"\n{len(rows) * FLAGS.copies} rows per file; best of {FLAGS.repeats}, in-graph")
-    print(f"{'feed':26s} {'count':>10s} {'seconds':>8s} {'rate (M/s)':>11s} {'ratio':>7s}")
-    for name, (n, seconds) in best.items():
+    for name, (n, seconds, _) in best.items():
         rate = n / seconds
         base = (one_rate if name.startswith("bucket") else
                 sharded_rate if name.endswith("shards") else tsv_rate)
         unit = "rows" if name.startswith("read") else "real tokens"
         results[name] = {"count": n, "unit": unit, "seconds": round(seconds, 4),
                          "rate": rate, "ratio": rate / base}
-        print(f"{name:26s} {n:>10d} {seconds:>8.3f} {rate / 1e6:>11.3f} {rate / base:>7.2f}")
+    table = [{"feed": name, **row} for name, row in results.items()]
+    harness.print_table(table, [
+        ("feed", "feed", ""), ("count", "count", "d"), ("seconds", "seconds", ".3f"),
+        ("rate (M/s)", lambda row: row["rate"] / 1e6, ".3f"), ("ratio", "ratio", ".2f")],
+        title=f"\n{len(rows) * FLAGS.copies} rows per file; best of {FLAGS.repeats}, in-graph")
     if best_short:
         for name in best_short:
-            split = steady(best_short[name], best[name])
+            split = harness.steady(best_short[name], best[name][:2])
             results[name].update(
                 short_count=split["short_real_tokens"], short_seconds=split["short_seconds"],
                 steady_rate=split["steady_tokens_per_second"],
                 start_seconds=split["start_seconds"])
-        print(f"\nsteady rate (from passes of {FLAGS.copies} and {short_copies()} copies) "
-              "and start")
-        print(f"{'feed':26s} {'steady (M/s)':>13s} {'ratio':>7s} {'start (s)':>10s}")
         one_steady = results["bucket, one source"]["steady_rate"]
         for name in best_short:
-            row = results[name]
-            row["steady_ratio"] = row["steady_rate"] / one_steady
-            print(f"{name:26s} {row['steady_rate'] / 1e6:>13.3f} {row['steady_ratio']:>7.2f} "
-                  f"{row['start_seconds']:>10.2f}")
+            results[name]["steady_ratio"] = results[name]["steady_rate"] / one_steady
+        harness.print_table([{"feed": name, **results[name]} for name in best_short], [
+            ("feed", "feed", ""), ("steady (M/s)", lambda row: row["steady_rate"] / 1e6, ".3f"),
+            ("ratio", "steady_ratio", ".2f"), ("start (s)", "start_seconds", ".2f")],
+            title=f"\nsteady rate (from passes of {FLAGS.copies} and {short_copies} copies) "
+                  "and start")
     results["file_bytes"] = {k: v for k, v in sizes.items() if not k.startswith("third")}
-    if FLAGS.json_out:
-        os.makedirs(os.path.dirname(FLAGS.json_out) or ".", exist_ok=True)
-        with open(FLAGS.json_out, "w") as f:
-            json.dump(results, f, indent=1)
+    harness.write_json(results)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)

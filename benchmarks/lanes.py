@@ -1,6 +1,7 @@
 """Lanes: K independent copies of a pipeline over a split of the files, merged in a fixed
 order, so sequential stages (a file interleave, a block reader's carried line, a map that
-AUTOTUNE gives few threads) run K at a time.
+AUTOTUNE gives few threads) run K at a time. An experiment of ``python -m benchmarks.scaling
+--lanes``, kept with its benchmark rather than in the library.
 
 Lane ``l`` of K reads files ``l, l + K, l + 2K, ...`` and runs ``build`` on them, on its own
 background thread (a ``prefetch`` at its end). The lanes' outputs are taken one element from
@@ -22,7 +23,7 @@ the merge::
         del index
         return tfseq.text_lines(files, batch_size=512).apply(tfseq.tokenize(vocab))
 
-    tokens = tfseq.in_lanes("corpus/*.txt", read, num_lanes=4)
+    tokens = in_lanes("corpus/*.txt", read, num_lanes=4)
     batches = tokens.apply(tfseq.bucket_by_length(max_tokens=8192, seed=1))
 """
 
@@ -32,10 +33,14 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
-from tfseq._common import check_positive_int
 from tfseq.reading import resolve_files
 
 DEFAULT_LANE_BUFFER = 2   # elements each lane prepares ahead on its own thread
+
+
+def check_positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int; received {name}={value!r}")
 
 
 def lane_files(files: Sequence[str], num_lanes: int) -> list[list[str]]:

@@ -1,9 +1,9 @@
 r"""How fast is Vocab.learn(tokenizer="wordpiece"), and is its vocabulary as good?
 
 Usage:
-  python scripts/bench_vocab.py --json_out=bench_out/vocab.json
-  python scripts/bench_vocab.py --files='data/*.tsv.gz' --field=1 --old_lines=2000
-  python scripts/bench_vocab.py --sample_mb=2 --old_lines=1000   # a quick run
+  python -m benchmarks.vocab --json_out=bench_out/vocab.json
+  python -m benchmarks.vocab --files='data/*.tsv.gz' --field=1 --old_lines=2000
+  python -m benchmarks.vocab --sample_mb=2 --old_lines=1000   # a quick run
 
 One run, one table, on one text sample split into learning lines and held-out lines (every
 ``--heldout_every``-th line), ``--vocab_size`` tokens:
@@ -37,7 +37,6 @@ from __future__ import annotations
 import collections
 import glob
 import gzip
-import json
 import os
 import shutil
 import sys
@@ -46,7 +45,9 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import flags, logging  # noqa: E402
+
+from benchmarks import harness  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("files", None, "Text files or globs (.gz allowed); default: the Debian "
@@ -59,7 +60,6 @@ flags.DEFINE_integer("vocab_size", 8000, "Target vocabulary size (reserved token
 flags.DEFINE_integer("old_lines", 5000, "Learning lines given to the old tensorflow-text "
                      "learner (and to the new one, for the like-for-like ratio).")
 flags.DEFINE_integer("heldout_every", 10, "Every this-many-th line is held out for coverage.")
-flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 
 PYTHON_DOCS = "/usr/share/doc/python3*/html/_sources/**/*.txt"
 PERL_PODS = "/usr/share/perl/*/pod/*.pod"
@@ -209,17 +209,14 @@ def main(argv):
     print(f"ratios: sentencepiece / new wordpiece time on {len(learn_lines):,} lines: "
           f"{ratios['sentencepiece_over_new_wordpiece']:.2f}; old / new wordpiece time on the "
           f"same {old_n:,} lines: {ratios['old_over_new_wordpiece_same_prefix']:.1f}x")
-    if FLAGS.json_out:
-        os.makedirs(os.path.dirname(FLAGS.json_out) or ".", exist_ok=True)
-        with open(FLAGS.json_out, "w") as f:
-            json.dump({"sample": description, "learn_mb": round(mb, 2),
-                       "learn_lines": len(learn_lines), "heldout_lines": len(held_out),
-                       "heldout_words": sum(words.values()), "heldout_distinct_words": len(words),
-                       "vocab_size": FLAGS.vocab_size, "old_lines": old_n,
-                       "read_and_sample_seconds": round(read_seconds, 2), "results": rows,
-                       "ratios": ratios, "argv": sys.argv}, f, indent=1)
+    harness.write_json({"sample": description, "learn_mb": round(mb, 2),
+                        "learn_lines": len(learn_lines), "heldout_lines": len(held_out),
+                        "heldout_words": sum(words.values()), "heldout_distinct_words": len(words),
+                        "vocab_size": FLAGS.vocab_size, "old_lines": old_n,
+                        "read_and_sample_seconds": round(read_seconds, 2), "results": rows,
+                        "ratios": ratios, "argv": sys.argv})
     shutil.rmtree(directory, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)

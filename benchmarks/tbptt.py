@@ -1,9 +1,9 @@
 r"""Full BPTT vs truncated BPTT (independent chunks, carried state), side by side.
 
 Usage:
-  python scripts/bench_tbptt.py --json_out=bench_out/tbptt.json
-  python scripts/bench_tbptt.py --datasets=chapters --train_tokens=300000 --chunk_length=64
-  python scripts/bench_tbptt.py --files='docs/*.txt' --field=-1   # your own text
+  python -m benchmarks.tbptt --json_out=bench_out/tbptt.json
+  python -m benchmarks.tbptt --datasets=chapters --train_tokens=300000 --chunk_length=64
+  python -m benchmarks.tbptt --files='docs/*.txt' --field=-1   # your own text
 
 Two datasets from the embedded corpus (text = 4th TSV field, lowercased whitespace tokens via
 tensorflow_text, a vocabulary of the ``--max_vocab`` most frequent training tokens):
@@ -43,9 +43,10 @@ import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from absl import app, flags  # noqa: E402
+
+from benchmarks import harness  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("datasets", ["verses", "chapters"], "Which datasets: verses, chapters "
@@ -65,7 +66,6 @@ flags.DEFINE_integer("embedding_dim", 32, "Embedding width.")
 flags.DEFINE_integer("units", 64, "GRU units.")
 flags.DEFINE_float("learning_rate", 1e-2, "Adam learning rate.")
 flags.DEFINE_integer("seed", 0, "Seed for shuffling and initialisation.")
-flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 flags.DEFINE_string("work_dir", None, "Where the chapters file and vocabularies go (temp dir).")
 flags.DEFINE_string("worker", None, "Internal: run one variant (a JSON spec) and exit.")
 
@@ -158,24 +158,21 @@ def prepare(work_dir: str) -> dict:
 
 
 def format_table(rows: list[dict]) -> str:
-    def ratio(a, b):
-        return a / b if b else float("nan")
+    """The rows side by side, with ratios against the same dataset's ``full`` variant."""
+    def vs_full(key):
+        def ratio(row):
+            base = next((r for r in rows if r["dataset"] == row["dataset"]
+                         and r["variant"] == "full"), row)
+            return row[key] / base[key] if base[key] else float("nan")
+        return ratio
 
-    lines = [f"{'dataset':9s} {'variant':12s} {'tokens':>7s} {'steps':>6s} {'tok/s':>8s} "
-             f"{'x full':>7s} {'peakMB':>7s} {'+fitMB':>7s} {'x full':>7s} {'eval ppl':>9s} "
-             f"{'x full':>7s}"]
-    for row in rows:
-        base = next((r for r in rows if r["dataset"] == row["dataset"]
-                     and r["variant"] == "full"), row)
-        lines.append(
-            f"{row['dataset']:9s} {row['variant']:12s} {row['train_tokens']:7d} {row['steps']:6d} "
-            f"{row['tokens_per_second']:8.0f} "
-            f"{ratio(row['tokens_per_second'], base['tokens_per_second']):7.2f} "
-            f"{row['peak_rss_mb']:7.0f} {row['rss_growth_in_fit_mb']:7.0f} "
-            f"{ratio(row['rss_growth_in_fit_mb'], base['rss_growth_in_fit_mb']):7.2f} "
-            f"{row['eval_perplexity']:9.1f} "
-            f"{ratio(row['eval_perplexity'], base['eval_perplexity']):7.2f}")
-    return "\n".join(lines)
+    return harness.table(rows, [
+        ("dataset", "dataset", ""), ("variant", "variant", ""), ("tokens", "train_tokens", "d"),
+        ("steps", "steps", "d"), ("tok/s", "tokens_per_second", ".0f"),
+        ("x full", vs_full("tokens_per_second"), ".2f"), ("peakMB", "peak_rss_mb", ".0f"),
+        ("+fitMB", "rss_growth_in_fit_mb", ".0f"),
+        ("x full", vs_full("rss_growth_in_fit_mb"), ".2f"),
+        ("eval ppl", "eval_perplexity", ".1f"), ("x full", vs_full("eval_perplexity"), ".2f")])
 
 
 def main(argv):
@@ -203,7 +200,7 @@ def main(argv):
         for variant in FLAGS.variants:
             spec = json.dumps({"dataset": dataset, "variant": variant, "files": files,
                                "text_field": text_field, "vocab": vocab_path})
-            command = [sys.executable, os.path.abspath(__file__), f"--worker={spec}", *own]
+            command = [sys.executable, "-m", __spec__.name, f"--worker={spec}", *own]
             env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
             done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
             result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -214,15 +211,10 @@ def main(argv):
             print(f"  done {dataset}:{variant} ({time.perf_counter() - started:.0f} s)",
                   flush=True)
     print(format_table(rows))
-    report = {"command": sys.argv, "flags": {n: FLAGS[n].value for n in (
+    harness.write_json({"command": sys.argv, "flags": harness.flag_values(
         "datasets", "files", "field", "variants", "train_tokens", "eval_tokens", "chunk_length",
-        "batch_size", "max_vocab", "embedding_dim", "units", "learning_rate", "seed")},
-        "results": rows, "total_seconds": time.perf_counter() - started}
-    if FLAGS.json_out:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json_out)), exist_ok=True)
-        with open(FLAGS.json_out, "w") as f:
-            json.dump(report, f, indent=2)
-
+        "batch_size", "max_vocab", "embedding_dim", "units", "learning_rate", "seed"),
+        "results": rows, "total_seconds": time.perf_counter() - started})
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)
