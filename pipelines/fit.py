@@ -20,9 +20,7 @@ import tensorflow as tf
 
 from tfseq.errors import InputError
 from tfseq.pipelines import tasks
-from tfseq.pipelines.sources import fingerprint
-from tfseq.pipelines.spine import committed
-from tfseq.pipelines.state import TaskState, spill
+from tfseq.pipelines.state import TaskState
 from tfseq.stats import DropCounter, resolve_counter
 from tfseq.text import Vocab
 
@@ -92,7 +90,4 @@ def training_pipeline(files, vocab: Vocab, *, task: str = "classify",
     # warns at the end of the first epoch that the input "ran out of data": that is the end
     # of the epoch, not a problem to act on.
     warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
-    shards = spine_task.record_shards(config)
-    spill(spine_task, config, shards, fingerprint(spine_task.source(config, "train").files))
-    stream = spine_task.training_stream(config, state, counter, shards)
-    return committed(stream).prefetch(tf.data.AUTOTUNE)
+    return spine_task.datasets(config, state, counters={"train": counter}).train

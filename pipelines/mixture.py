@@ -14,9 +14,11 @@ An epoch of a mixture is as many records as the sources hold together (rounded u
 blocks of about 1,024 records): a source of weight above its share of the records is seen
 more than once per epoch, one below it less.
 
-The vocabularies, the label sets and the evaluation split come from all the sources' files
-read as one (``eval_percent`` held out of each by the same hash, or ``eval_files``); the
-sources must share one format. ``report.json`` gets ``sources`` (``report_sources``).
+The vocabularies and the label sets come from every source's records, each source read in
+its own format; evaluation reads each source's held-out records (``eval_percent`` by the same
+hash) or the ``eval_files``. ``report.json`` gets ``sources``. ``pipelines.records`` puts the
+sources behind the interface every training run reads (``MixedTrainingRecords``); this module
+holds what a mixture is made of: its entries, weights and per-source configs.
 """
 
 from __future__ import annotations
@@ -26,8 +28,6 @@ import os
 
 from tfseq import formats
 from tfseq.errors import InputError
-from tfseq.mixing import MixedRecords, mixed_encode
-from tfseq.pipelines import sources
 
 
 def is_mixture(config) -> bool:
@@ -93,91 +93,18 @@ def names(config) -> list[str]:
     return [f"s{i}" for i in range(len(entries(config)))]
 
 
-def check_sources(task, config) -> None:
-    """Every source matches files of the same format.
+def check_sources(config) -> None:
+    """Every source matches files (each in its own format, from its extension unless
+    ``--format`` says).
 
     Raises:
-      InputError: a source without files, or sources of different formats (naming them).
+      InputError: a source without files (naming it), or pairs that do not match up.
     """
     if pairs(config):  # plain text pairs; each pair is checked when its source is read
         source_configs(config)
         return
-    kinds = {}
     for glob, sub in zip(config.train_files, source_configs(config)):
-        files = formats.resolve(sub.train_files, f"--train_files source {glob!r}")
-        kinds[glob] = formats.infer_format(files, config.format)
-    if len(set(kinds.values())) > 1:
-        raise InputError("The sources of a mixture must share one format; "
-                         + ", ".join(f"{g} is {k}" for g, k in kinds.items())
-                         + " (convert them, or give --format)")
-
-
-def record_shards(task, config, *, num_workers: int = 1, worker: int = 0,
-                  directory: str | None = None) -> MixedRecords:
-    """Each source's ``RecordShards`` (under ``directory/source-<i>``), mixed."""
-    check_sources(task, config)
-    parts = [task.record_shards(sub, num_workers=num_workers, worker=worker,
-                                directory=os.path.join(directory, f"source-{i}")
-                                if directory else None)
-             for i, sub in enumerate(source_configs(config))]
-    return MixedRecords(parts, names(config), config.train_weights or None,
-                        temperature=config.mix_temperature, seed=config.seed)
-
-
-def spill(task, config, shards: MixedRecords, *, write=None):
-    """Spills each source that needs more than one shard (a read of that source each)."""
-    from tfseq.pipelines.state import PassReport, spill as spill_one
-
-    report = PassReport()
-    for sub, part in zip(source_configs(config), shards.parts):
-        files = task.source(sub, "train").files
-        done = spill_one(task, sub, part, sources.fingerprint(files), write=write)
-        report.passes += done.passes
-        report.records += done.records
-    return report
-
-
-def encode_fn(task, config, state, counter, shards: MixedRecords, token_keys=None):
-    """The stream's encode for a mixture's blocks (``tfseq.mixing.mixed_encode``)."""
-    encodes = [task.encode_fn(sub, state, "train", counter) for sub in source_configs(config)]
-    keys = (lambda examples: [k for k in token_keys if k in examples]) if token_keys else None
-    return mixed_encode(encodes, shards.chunk.tolist(), shards.names, counter, keys_fn=keys)
-
-
-def report_sources(task, config, shards: MixedRecords, counter, *,
-                   epochs_before: int) -> list[dict]:
-    """``report.json``'s ``sources``: per source its files, weight, the examples and tokens of
-    the epoch ``counter`` holds (its pools begun) and their share, its drops, and the source
-    epochs read: ``epochs_before`` whole mixture epochs and the records of this one."""
-    counts = counter.by_source()
-    examples = {n: counts.get(n, {}).get("seen", {}).get("examples", 0) for n in shards.names}
-    total = sum(examples.values()) or 1
-    out = []
-    for i, (glob, name) in enumerate(zip(entries(config), shards.names)):
-        seen = counts.get(name, {}).get("seen", {})
-        read = (int(shards.chunk[i]) * shards.blocks_per_epoch * int(epochs_before)
-                + seen.get("lines_read", 0))
-        out.append({
-            "source": glob, "files": list(task.source(source_configs(config)[i], "train").files),
-            "weight": round(float(shards.mixture.weights[i]), 6),
-            "records": int(shards.sizes[i]),
-            "examples": int(examples[name]), "tokens": int(seen.get("tokens", 0)),
-            "share": round(examples[name] / total, 4),
-            "source_epochs": round(read / max(1, shards.sizes[i]), 3),
-            "drops": dict(counts.get(name, {}).get("drops", {}))})
-    return out
-
-
-def shares_note(config, counter) -> str:
-    """``shares news.tsv 0.70, web.tsv 0.30``: each source's share of the epoch's examples so
-    far (the progress line's note)."""
-    counts = counter.by_source()
-    examples = [counts.get(n, {}).get("seen", {}).get("examples", 0) for n in names(config)]
-    total = sum(examples)
-    if not total:
-        return ""
-    return "shares " + ", ".join(f"{os.path.basename(g)} {n / total:.2f}"
-                                 for g, n in zip(entries(config), examples))
+        formats.resolve(sub.train_files, f"--train_files source {glob!r}")
 
 
 def format_sources(rows: list[dict]) -> list[str]:

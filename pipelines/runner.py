@@ -8,6 +8,7 @@ into a task ``Config`` and a ``RunSettings`` and call it (``scripts/train.py``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -16,13 +17,19 @@ import sys
 import time
 from typing import Callable
 
+import keras
+import tensorflow as tf
 from absl import logging
 
+import tfseq
+from tfseq import summaries
 from tfseq.errors import InputError
-from tfseq.pipelines import mixture
+from tfseq.pipelines import exporting
 from tfseq.pipelines.report import (
     drop_examples_of, format_report, make_report, noop_report, write_report)
-from tfseq.training import TrainResult
+from tfseq.stats import BatchStats, DropCounter
+from tfseq.training import (
+    ReplicaTrainer, Trainer, TrainResult, checkpoints_newest_first, data_state_bytes)
 
 
 class SetupError(Exception):
@@ -52,8 +59,6 @@ class Summaries:
     real lengths per row."""
 
     def __init__(self, logdir, stats, counters):
-        import tensorflow as tf
-
         self.writer = tf.summary.create_file_writer(logdir)
         self.stats, self.counters = stats, counters
         self.started = time.perf_counter()
@@ -62,8 +67,6 @@ class Summaries:
     def on_batch(self, batch):
         """Keeps the real length of each row of ``(inputs, targets, weights)`` batches (or
         tuples of such parts) with dense ``[B, T]`` inputs; other batches have none."""
-        import tensorflow as tf
-
         parts = batch if isinstance(batch[0], tuple) else (batch,)
         for part in parts:
             if len(part) != 3:
@@ -76,8 +79,6 @@ class Summaries:
                         first.shape[0], -1).max(axis=1)) if w > 0)
 
     def on_step(self, step, logs):
-        from tfseq import summaries
-
         if step % 50:
             return
         with self.writer.as_default():
@@ -94,8 +95,6 @@ class Summaries:
         self.lengths.clear()
 
     def on_eval(self, epoch, results):
-        from tfseq import summaries
-
         with self.writer.as_default():
             for k, v in results.items():
                 summaries.scalar(f"eval/{k}", v, epoch)
@@ -154,8 +153,6 @@ class Runner:
     def _strategy(self):
         """``(strategy or None, mode, local replicas, workers, worker index)``; before any other
         TensorFlow op (logical CPU devices must be set up first)."""
-        import tfseq
-
         if self.settings.strategy == "multi_worker":
             strategy = tfseq.distribute.multi_worker_strategy()
             local = len(strategy.extended.worker_devices)
@@ -168,8 +165,9 @@ class Runner:
             return tfseq.mirrored_strategy(replicas), mode, replicas, 1, 0
         return None, "single", 1, 1, 0
 
-    def _check_mode(self, task) -> None:
-        """Refuses a mode the task does not train in (``task.modes``), in one line."""
+    def _check_mode(self, task, config) -> None:
+        """Refuses a mode the task does not train in (``task.modes``) or its records cannot
+        feed (a mixture through the data service), in one line, before anything is written."""
         settings = self.settings
         if settings.data_service:
             mode, flag = "data_service", "--data_service"
@@ -180,9 +178,12 @@ class Runner:
         else:
             return
         if mode not in task.modes:
-            name = "lm --tbptt" if task.name == "lm_tbptt" else task.name
-            raise SetupError(f"{flag} is not supported by --task={name} (it trains in: "
+            raise SetupError(f"{flag} is not supported by --task={task.name} (it trains in: "
                              f"{', '.join(task.modes)}); drop {flag}")
+        try:
+            task.records(config).check_mode(mode)
+        except InputError as e:
+            raise SetupError(str(e)) from e
 
     def _model_config(self, task):
         """The task model's ``ModelConfig``, with ``--learning_rate`` if given."""
@@ -206,16 +207,8 @@ class Runner:
         return True
 
     def _train(self, task, config) -> TrainResult | None:
-        """Opens the run, streams, trains, evaluates, reports, exports."""
-        import contextlib
-
-        import keras
-
-        import tfseq
-        from tfseq.pipelines import exporting
-        from tfseq.training import ReplicaTrainer, Trainer, data_state_bytes
-
-        self._check_mode(task)
+        """Opens the run, trains, then evaluates, reports and exports (``_finish``)."""
+        self._check_mode(task, config)
         strategy, mode, local, workers, worker = self._strategy()
         chief = worker == 0
         model_config = self._model_config(task)
@@ -223,8 +216,8 @@ class Runner:
         if jit and (strategy is not None or self.settings.data_service):
             raise SetupError("--jit_compile trains on one replica from files: drop it, or "
                              "--num_replicas/--strategy/--data_service")
-        several = self.settings.steps_per_execution > 1
-        if several and (strategy is not None or self.settings.data_service):
+        if self.settings.steps_per_execution > 1 and (strategy is not None
+                                                      or self.settings.data_service):
             raise SetupError("--steps_per_execution trains on one replica from files: drop "
                              "it, or --num_replicas/--strategy/--data_service")
         try:
@@ -241,157 +234,178 @@ class Runner:
                 print("building the model and the training input ...", file=sys.stderr,
                       flush=True)
         logging.info("config: %s", config)
-        counters = {"train": tfseq.DropCounter("train"), "eval": tfseq.DropCounter("eval")}
-        stats = tfseq.BatchStats()
+        training = _Training(task, config, run, mode, local, workers, worker, strategy,
+                             counters={"train": DropCounter("train"),
+                                       "eval": DropCounter("eval")},
+                             stats=BatchStats())
         scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
         with scope:
-            model = task.build_model(config, run.state, model_config)
-        if mode == "data_service":
-            if mixture.is_mixture(config):
-                raise SetupError("--data_service reads one source: a mixture of --train_files "
-                                 "(GLOB@WEIGHT or --mix_temperature) trains without it")
-            return self._train_on_service(task, config, run, model, strategy, counters, stats,
-                                          local)
-        stream = task.training_stream(config, run.state, counters["train"], run.shards,
-                                      replicas=local, parts=strategy is not None)
-        summaries = self._summaries(stats, counters)
-        first_step = {}
+            training.model = task.build_model(config, run.state, model_config)
+        training.local_model = (training.model if strategy is None else
+                                task.build_model(config, run.state, model_config))
+        fit = self._fit_on_service if mode == "data_service" else self._fit
+        if not fit(training):
+            return None  # a finished run: nothing trained
+        if not training.result.signal:  # a signal stops training with its checkpoint saved
+            self.phase = "finishing"
+        self._finish(training)
+        return training.result
+
+    def _fit(self, t: "_Training") -> bool:
+        """Trains with a ``Trainer`` (a ``ReplicaTrainer`` under a strategy), from the newest
+        checkpoint; False when the run had already done its epochs."""
+        chief = t.worker == 0
+        several = self.settings.steps_per_execution > 1
+        stream = t.task.training_stream(t.config, t.run.state, t.counters["train"], t.run.shards,
+                                        replicas=t.local, parts=t.strategy is not None)
+        summaries = self._summaries(t.stats, t.counters)
 
         def on_step(step, logs):
-            first_step.setdefault("seconds", round(time.perf_counter() - self.settings.started, 3))
+            t.first_step_seconds = t.first_step_seconds or round(
+                time.perf_counter() - self.settings.started, 3)
             if chief:
                 summaries.on_step(step, logs)
 
         options = dict(model_dir=self.settings.model_dir,
-                       checkpoint_every=self.settings.checkpoint_every,
-                       on_step=on_step,
+                       checkpoint_every=self.settings.checkpoint_every, on_step=on_step,
                        # per-batch row lengths for TensorBoard: Python per step
                        on_batch=summaries.on_batch if chief and not several else None,
-                       on_epoch_start=lambda epoch: counters["train"].reset(), stats=stats,
-                       epoch_note=(lambda: mixture.shares_note(config, counters["train"]))
-                       if mixture.is_mixture(config) else None)
-        trainer = (ReplicaTrainer(model, strategy, stream, **options) if strategy is not None
-                   else Trainer(model, stream, jit_compile=jit,
+                       on_epoch_start=lambda epoch: t.counters["train"].reset(), stats=t.stats,
+                       epoch_note=lambda: t.run.records.shares_note(t.counters["train"]))
+        jit = bool(getattr(t.config, "jit_compile", False))
+        trainer = (ReplicaTrainer(t.model, t.strategy, stream, **options)
+                   if t.strategy is not None
+                   else Trainer(t.model, stream, jit_compile=jit,
                                 steps_per_execution=self.settings.steps_per_execution,
                                 **options))
         resumed = trainer.restore()
         if resumed and self._finished(trainer):
-            return None
-        resumed_at = int(trainer.global_step.numpy()) if resumed else None
+            return False
+        t.resumed_at = int(trainer.global_step.numpy()) if resumed else None
         self.phase = "training"
         if resumed and self.settings.verbose and chief:
             print(f"Resuming from {self.settings.model_dir}: "
                   f"epoch {int(trainer.epoch.numpy()) + 1}, "
                   f"step {int(trainer.step_in_epoch.numpy())} of that epoch", file=sys.stderr)
-        local_model = (model if strategy is None
-                       else task.build_model(config, run.state, model_config))
-
-        @functools.cache
-        def eval_ds():  # built at its first use: a run stopped before any evaluation skips it
-            return task.eval_dataset(config, run.state, counters["eval"])
-
-        def evaluate():
-            if local_model is not model:  # a single-device copy: no collective op
-                local_model.set_weights(model.get_weights())
-            counters["eval"].reset()
-            return {k: float(v) for k, v in
-                    local_model.evaluate(eval_ds(), verbose=0, return_dict=True).items()}
 
         def eval_fn(epoch):
-            results = evaluate() if chief else {}
+            results = t.evaluate() if chief else {}
             if chief:
                 summaries.on_eval(epoch, results)
             return {f"eval_{k}": v for k, v in results.items()}
 
-        result = trainer.fit(self.settings.epochs, verbose=self.settings.verbose if chief else 0,
-                             eval_fn=eval_fn if workers == 1 else None,
-                             max_steps=self.settings.max_steps)
-        if not result.signal:  # a signal stops training with its checkpoint saved
-            self.phase = "finishing"
-        finished = not result.interrupted
-        baselines = task.baselines(eval_ds()) if finished and chief else {}
-        eval_results = evaluate() if finished and chief else {}  # the eval counts: one pass
-        checkpoints = trainer.checkpoint_dir and tfseq.training.checkpoints_newest_first(
+        t.result = trainer.fit(self.settings.epochs,
+                               verbose=self.settings.verbose if chief else 0,
+                               eval_fn=eval_fn if t.workers == 1 else None,
+                               max_steps=self.settings.max_steps)
+        t.timings = trainer.timings
+        checkpoints = trainer.checkpoint_dir and checkpoints_newest_first(
             trainer.checkpoint_dir)
-        report = make_report(
-            task_name=task.name, config=config, mode=mode, replicas=local, workers=workers,
-            learning_rate=float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
-            result=result, stats=stats, counters=counters, eval_results=eval_results,
-            baselines=baselines, setup=run.setup, first_step_seconds=first_step.get("seconds"),
-            timings=trainer.timings,
-            data_state_bytes=data_state_bytes(checkpoints[0]) if checkpoints else 0,
-            drop_examples=drop_examples_of(task, config, counters),
-            data_service=self.settings.data_service, resumed_at_step=resumed_at,
-            sources=self._mixture_sources(task, config, stream, trainer, counters),
-            jit={"shape_budget": task.batching(config).num_shapes,
-                 "compiled_shapes": trainer.compiled_shapes} if jit else None)
-        if not chief:
-            worker_dir = os.path.join(self.settings.model_dir, "workers", str(worker))
-            os.makedirs(worker_dir, exist_ok=True)
-            write_report(os.path.join(worker_dir, "report.json"), report)
-            return result
-        write_report(os.path.join(self.settings.model_dir, "report.json"), report)
-        print(format_report(report))
-        if finished:
-            for line in task.sample_lines(config, run.state, local_model, eval_ds()):
-                print(line)
-        if self.settings.export and not result.signal:  # finished, or stopped by max_steps
-            if self.settings.verbose:
-                print("exporting the model over raw input ...", file=sys.stderr, flush=True)
-            if local_model is not model:  # stopped by max_steps: no evaluation copied them
-                local_model.set_weights(model.get_weights())
-            path = exporting.export_run(self.settings.model_dir, task, config, run.state,
-                                        local_model)
-            if path:
-                print(f"Served model ({task.name}, input `{task.prediction_input}`): {path}")
-        return result
-
-    @staticmethod
-    def _mixture_sources(task, config, stream, trainer, counters) -> list[dict]:
-        """``report.json``'s ``sources`` of a mixture (``[]`` for one source)."""
-        if not mixture.is_mixture(config):
-            return []
+        t.data_state_bytes = data_state_bytes(checkpoints[0]) if checkpoints else 0
         # Whole epochs before the one the counters hold (they restart with each epoch).
         epochs = int(trainer.epoch.numpy())
         before = epochs - 1 if epochs and not int(trainer.step_in_epoch.numpy()) else epochs
-        return mixture.report_sources(task, config, stream.shards, counters["train"],
-                                      epochs_before=before)
+        t.sources = t.run.records.report_sources(stream.shards, t.counters["train"],
+                                                 epochs_before=before)
+        if jit:
+            t.jit = {"shape_budget": t.task.batching(t.config).num_shapes,
+                     "compiled_shapes": trainer.compiled_shapes}
+        return True
 
-    def _train_on_service(self, task, config, run, model, strategy, counters, stats,
-                          local) -> TrainResult:
+    def _fit_on_service(self, t: "_Training") -> bool:
         """``--data_service``: ``model.fit`` on the service's split batches; the weights are
-        saved at each epoch end (``weights.weights.h5``) and a run resumes at epoch boundaries."""
-        import keras
-
-        from tfseq.pipelines import exporting
-
-        dataset_fn = task.replica_dataset_fn(config, run.state, counters["train"], local,
-                                             data_service=self.settings.data_service, stats=stats)
-        dist = strategy.distribute_datasets_from_function(dataset_fn)
+        saved at each epoch end (``weights.weights.h5``) and a run resumes at epoch
+        boundaries."""
+        dataset_fn = t.task.replica_dataset_fn(t.config, t.run.state, t.counters["train"],
+                                               t.local, data_service=self.settings.data_service,
+                                               stats=t.stats)
+        dist = t.strategy.distribute_datasets_from_function(dataset_fn)
         weights_path = os.path.join(self.settings.model_dir, "weights.weights.h5")
+        self.phase = "training"
         start = time.perf_counter()
-        history = model.fit(dist, epochs=self.settings.epochs, verbose=self.settings.verbose,
-                            callbacks=[keras.callbacks.ModelCheckpoint(weights_path,
-                                                                       save_weights_only=True)])
+        history = t.model.fit(dist, epochs=self.settings.epochs, verbose=self.settings.verbose,
+                              callbacks=[keras.callbacks.ModelCheckpoint(
+                                  weights_path, save_weights_only=True)])
         seconds = time.perf_counter() - start
-        records = [{"epoch": i + 1, **{k: float(v[i]) for k, v in history.history.items()}}
-                   for i in range(len(history.history.get("loss", [])))]
-        result = TrainResult(len(records), int(model.optimizer.iterations.numpy()), False, records,
-                             seconds)
-        local_model = task.build_model(config, run.state, self._model_config(task))
-        local_model.set_weights(model.get_weights())
-        eval_ds = task.eval_dataset(config, run.state, counters["eval"])
-        eval_results = {k: float(v) for k, v in
-                        local_model.evaluate(eval_ds, verbose=0, return_dict=True).items()}
+        epochs = [{"epoch": i + 1, **{k: float(v[i]) for k, v in history.history.items()}}
+                  for i in range(len(history.history.get("loss", [])))]
+        t.result = TrainResult(len(epochs), int(t.model.optimizer.iterations.numpy()), False,
+                               epochs, seconds)
+        return True
+
+    def _finish(self, t: "_Training") -> None:
+        """Evaluates, writes ``report.json`` (a worker's own under ``workers/<i>``) and, on
+        the chief, prints the report and exports: the same in every mode."""
+        chief = t.worker == 0
+        finished = not t.result.interrupted
+        baselines = t.task.baselines(t.eval_ds()) if finished and chief else {}
+        eval_results = t.evaluate() if finished and chief else {}  # the eval counts: one pass
         report = make_report(
-            task_name=task.name, config=config, mode="data_service", replicas=local, workers=1,
-            learning_rate=float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
-            result=result, stats=stats, counters=counters, eval_results=eval_results,
-            baselines=task.baselines(eval_ds), setup=run.setup, data_state_bytes=0,
-            drop_examples=drop_examples_of(task, config, counters),
-            data_service=self.settings.data_service)
+            task_name=t.task.name, config=t.config, mode=t.mode, replicas=t.local,
+            workers=t.workers,
+            learning_rate=float(keras.ops.convert_to_numpy(t.model.optimizer.learning_rate)),
+            result=t.result, stats=t.stats, counters=t.counters, eval_results=eval_results,
+            baselines=baselines, setup=t.run.setup, first_step_seconds=t.first_step_seconds,
+            timings=t.timings, data_state_bytes=t.data_state_bytes,
+            drop_examples=drop_examples_of(t.task, t.config, t.counters),
+            data_service=self.settings.data_service, resumed_at_step=t.resumed_at,
+            sources=t.sources, jit=t.jit)
+        if not chief:
+            worker_dir = os.path.join(self.settings.model_dir, "workers", str(t.worker))
+            os.makedirs(worker_dir, exist_ok=True)
+            write_report(os.path.join(worker_dir, "report.json"), report)
+            return
         write_report(os.path.join(self.settings.model_dir, "report.json"), report)
         print(format_report(report))
-        if self.settings.export:
-            exporting.export_run(self.settings.model_dir, task, config, run.state, local_model)
-        return result
+        if finished:
+            for line in t.task.sample_lines(t.config, t.run.state, t.local_model, t.eval_ds()):
+                print(line)
+        if self.settings.export and not t.result.signal:  # finished, or stopped by max_steps
+            if self.settings.verbose:
+                print("exporting the model over raw input ...", file=sys.stderr, flush=True)
+            t.sync_local_model()
+            path = exporting.export_run(self.settings.model_dir, t.task, t.config, t.run.state,
+                                        t.local_model)
+            if path:
+                print(f"Served model ({t.task.name}, input `{t.task.prediction_input}`): {path}")
+
+
+@dataclasses.dataclass(eq=False)
+class _Training:
+    """One command's training, from the opened run to what its report needs."""
+
+    task: object
+    config: object
+    run: object
+    mode: str
+    local: int
+    workers: int
+    worker: int
+    strategy: object
+    counters: dict
+    stats: BatchStats
+    model: object = None
+    local_model: object = None  # a single-device copy under a strategy (no collective op)
+    result: TrainResult | None = None
+    resumed_at: int | None = None
+    first_step_seconds: float | None = None
+    timings: dict | None = None
+    data_state_bytes: int = 0
+    sources: list = dataclasses.field(default_factory=list)
+    jit: dict | None = None
+
+    def sync_local_model(self) -> None:
+        if self.local_model is not self.model:
+            self.local_model.set_weights(self.model.get_weights())
+
+    @functools.cache
+    def eval_ds(self):
+        """Built at its first use: a run stopped before any evaluation skips it."""
+        return self.task.eval_dataset(self.config, self.run.state, self.counters["eval"])
+
+    def evaluate(self) -> dict:
+        """Held-out metrics of the model now (the eval counters restart)."""
+        self.sync_local_model()
+        self.counters["eval"].reset()
+        return {k: float(v) for k, v in self.local_model.evaluate(
+            self.eval_ds(), verbose=0, return_dict=True).items()}

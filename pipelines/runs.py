@@ -34,7 +34,8 @@ import time
 
 from tfseq.batching import mode_of
 from tfseq.pipelines import sources
-from tfseq.pipelines.state import PassReport, TaskState, spill
+from tfseq.pipelines.records import NO_RECORDS, Records
+from tfseq.pipelines.state import PassReport, TaskState
 from tfseq.resumable import RecordShards
 
 RUN_FILE = "run.json"
@@ -61,13 +62,15 @@ class ChangedRun(Exception):
 
 @dataclasses.dataclass
 class Run:
-    """An opened run: its learned state, its training shards and how it was set up."""
+    """An opened run: its learned state, its training shards and records (``records``:
+    ``pipelines.records``) and how it was set up."""
 
     state: TaskState
-    shards: RecordShards
+    shards: RecordShards | None
     setup: PassReport
     settings: dict
     resumed: bool
+    records: Records = NO_RECORDS
 
 
 def settings(task, config, *, model_config, replicas: int, workers: int) -> dict:
@@ -75,12 +78,9 @@ def settings(task, config, *, model_config, replicas: int, workers: int) -> dict
     fields = dataclasses.asdict(config)
     name = mode_of(config.batching).budget  # what a resume keeps per replica
     budgets = {name: fields.pop(name) * replicas}
-    files = list(task.source(config, "train").files)
-    if getattr(config, "eval_files", ()):
-        files += list(task.source(config, "eval").files)
     return {"task": task.name, "config": _jsonable(fields), "global_budget": budgets,
             "model": _jsonable(dataclasses.asdict(model_config)), "workers": workers,
-            "input": sources.fingerprint(sorted(set(files)))}
+            "input": sources.fingerprint(task.records(config).input_files)}
 
 
 def compare(saved: dict, new: dict, defaults: dict | None = None) -> list[Change]:
@@ -160,8 +160,8 @@ def open_run(model_dir: str, task, config, *, model_config, replicas: int = 1,
     if changes:
         raise ChangedRun(model_dir, changes)
     state = TaskState.load(model_dir, list(task.vocab_columns), list(task.label_columns))
-    setup = spill(task, config, shards, new["input"], write=write)
-    return Run(state, shards, setup, new, resumed=True)
+    setup = task.records(config).spill(shards, new["input"], write=write)
+    return Run(state, shards, setup, new, resumed=True, records=task.records(config))
 
 
 def _new_run(model_dir: str, task, config, new: dict, *, workers: int, worker: int,
@@ -176,10 +176,10 @@ def _new_run(model_dir: str, task, config, new: dict, *, workers: int, worker: i
                                 fingerprint=new["input"], write=write)
     if not spill_here:
         # Each worker spills its own share of the files: one more read of that share.
-        setup.passes += spill(task, config, shards, new["input"], write=write).passes
+        setup.passes += task.records(config).spill(shards, new["input"], write=write).passes
     state.save(model_dir)
     _write_json(os.path.join(model_dir, RUN_FILE), new)
-    return Run(state, shards, setup, new, resumed=False)
+    return Run(state, shards, setup, new, resumed=False, records=task.records(config))
 
 
 def open_replayed_run(model_dir: str, task, config, *, model_config, workers: int = 1) -> Run:
@@ -213,7 +213,7 @@ def open_replayed_run(model_dir: str, task, config, *, model_config, workers: in
     if not resumed:
         os.makedirs(model_dir, exist_ok=True)
         _write_json(path, new)
-    return Run(state, None, setup, new, resumed=resumed)
+    return Run(state, None, setup, new, resumed=resumed, records=NO_RECORDS)
 
 
 def _wait_for(path: str, seconds: float) -> None:

@@ -36,17 +36,19 @@ from typing import Callable, ClassVar
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from tfseq.pipelines import mixture, sources
+from tfseq.pipelines import runs, sources
 from tfseq.pipelines.config import TextConfig, batching_of
+from tfseq.pipelines.records import TrainingRecords, training_records
 from tfseq.pipelines.sources import Source
-from tfseq.pipelines.state import PassReport, TaskState, prepare, spill
+from tfseq.pipelines.state import PassReport, TaskState, prepare
 from tfseq.pipelines.tasks import Task
 from tfseq._common import pipeline_options
 from tfseq.batching import Batching
 from tfseq.filtering import line_checks
 from tfseq.errors import InputError
 from tfseq.model_inputs import ModelFeatures
-from tfseq.resumable import RecordShards, ResumableStream, num_shards_for
+from tfseq.distribute import replica_dataset_fn
+from tfseq.resumable import RecordShards, ResumableStream
 from tfseq.splitting import split
 from tfseq.stats import BatchStats, DropCounter
 from tfseq.text import BOS_ID, EOS_ID, get_tokenizer
@@ -176,15 +178,29 @@ class TextTask(Task):
 
     # ----- learned state
 
+    def records(self, config) -> TrainingRecords:
+        """The training records of ``config``: one source, or a mixture of several
+        (``pipelines.records``; the same object for the same config)."""
+        cache = self.__dict__.setdefault("_records", {})
+        try:
+            hash(config)
+        except TypeError:  # an unhashable config (a list in it): made each time
+            return training_records(self, config)
+        if config not in cache:
+            cache[config] = training_records(self, config)
+        return cache[config]
+
     def prepare(self, config, *, shards: RecordShards | None = None, fingerprint=None,
                 write=None) -> tuple[TaskState, PassReport]:
         """The vocabularies and label sets of the training data, in at most one read
-        (``pipelines.state.prepare``)."""
+        (``pipelines.state.prepare``), and the training shards written (``shards``)."""
         config.check()
-        state, report = prepare(self, config, self.source(config, "train"), shards=shards,
+        records = self.records(config)
+        state, report = prepare(self, config, records.sources("train"),
+                                shards=None if shards is None else records.pass_shards(shards),
                                 fingerprint=fingerprint, write=write)
-        if shards is not None and mixture.is_mixture(config):  # each source spills its own
-            report.passes += spill(self, config, shards, fingerprint, write=write).passes
+        if shards is not None:  # what the pass did not write (a mixture's sources)
+            report.passes += records.spill(shards, fingerprint, write=write).passes
         return state, report
 
     # ----- encoding
@@ -232,11 +248,14 @@ class TextTask(Task):
     def eval_dataset(self, config, state: TaskState, counter: DropCounter,
                      stats: BatchStats | None = None, *, batching: Batching | None = None,
                      num_shards: int = 1, shard_index: int = 0) -> tf.data.Dataset:
-        """Evaluation batches ``(inputs, targets, weights)``, in file order (``batching``:
-        ``eval_batching`` by default)."""
-        source = self.source(config, "eval")
-        encode = self.encode_fn(config, state, "eval", counter)
-        ds = source.read(num_shards, shard_index).map(encode, num_parallel_calls=tf.data.AUTOTUNE)
+        """Evaluation batches ``(inputs, targets, weights)``, in file order, source after
+        source (``batching``: ``eval_batching`` by default)."""
+        ds = None
+        for sub in self.records(config).configs("eval"):
+            encode = self.encode_fn(sub, state, "eval", counter)
+            part = self.source(sub, "eval").read(num_shards, shard_index).map(
+                encode, num_parallel_calls=tf.data.AUTOTUNE)
+            ds = part if ds is None else ds.concatenate(part)
         batching = batching or self.eval_batching(config)
         ds = ds.apply(batching.transform(training=False, counter=counter))
         if stats is not None:
@@ -244,22 +263,10 @@ class TextTask(Task):
         return ds.map(self.features).prefetch(tf.data.AUTOTUNE).with_options(pipeline_options())
 
     def record_shards(self, config, *, num_workers: int = 1, worker: int = 0,
-                      directory: str | None = None) -> RecordShards:
-        """The training records as shuffle shards (``directory``: where shards are spilled
-        when the input needs more than one; a temporary one if ``None``)."""
-        if mixture.is_mixture(config):
-            return mixture.record_shards(self, config, num_workers=num_workers, worker=worker,
-                                         directory=directory)
-        source = self.source(config, "train")
-        k = num_shards_for(source.files, config.shuffle_shard_bytes)
-        if k > 1 and directory is None:
-            import atexit
-            import shutil
-            import tempfile
-            directory = tempfile.mkdtemp(prefix="tfseq_shards_")
-            atexit.register(shutil.rmtree, directory, ignore_errors=True)
-        return RecordShards(lambda: source.read(num_workers, worker), num_shards=k,
-                            seed=config.seed, directory=directory)
+                      directory: str | None = None):
+        """The training records as shuffle shards (``records(config).shards``)."""
+        return self.records(config).shards(num_workers=num_workers, worker=worker,
+                                           directory=directory)
 
     def training_stream(self, config, state: TaskState, counter: DropCounter,
                         shards: RecordShards, *, replicas: int = 1, parts: bool = False,
@@ -276,33 +283,33 @@ class TextTask(Task):
             return tuple(self.features(part) for part in
                          split(batch, replicas, balance="tokens", equal_rows=True))
 
-        if mixture.is_mixture(config):
-            encode = mixture.encode_fn(self, config, state, counter, shards,
-                                       token_keys=self.features.inputs)
-        else:
-            encode = self.encode_fn(config, state, "train", counter)
+        encode = self.records(config).encode_fn(state, counter, shards,
+                                                token_keys=self.features.inputs)
         return ResumableStream(shards, encode, batching.pool_batcher(counter), counter=counter,
                                seed=config.seed, epoch=epoch, map_fn=to_model,
                                token_keys=self.features.inputs, **batching.pool_size)
 
-    def datasets(self, config, state: TaskState | None = None, *, write=None) -> TaskData:
-        """Everything ``model.fit`` needs, on one device: ``TaskData``."""
-        shards = self.record_shards(config)
-        setup = PassReport()
+    def datasets(self, config, state: TaskState | None = None, *, write=None,
+                 counters: dict | None = None) -> TaskData:
+        """Everything ``model.fit`` needs, on one device: ``TaskData`` (``state``: learned
+        from the training files when not given; ``counters``: the ``DropCounter`` of a split
+        to count in, by split name; new ones otherwise)."""
+        records = self.records(config)
+        shards = records.shards()
+        fingerprint = sources.fingerprint(records.files)
         if state is None:
-            state, setup = self.prepare(config, shards=shards,
-                                        fingerprint=sources.fingerprint(shards_files(self, config)),
+            state, setup = self.prepare(config, shards=shards, fingerprint=fingerprint,
                                         write=write)
         else:
-            spill(self, config, shards, sources.fingerprint(shards_files(self, config)),
-                  write=write)
-        counters = {"train": DropCounter("train"), "eval": DropCounter("eval")}
+            setup = records.spill(shards, fingerprint, write=write)
+        counters = {split: (counters or {}).get(split) or DropCounter(split)
+                    for split in ("train", "eval")}
         stats = {"train": BatchStats(), "eval": BatchStats()}
         stream = self.training_stream(config, state, counters["train"], shards)
         train = committed(stream, stats["train"]).prefetch(tf.data.AUTOTUNE)
         eval_ds = self.eval_dataset(config, state, counters["eval"], stats["eval"])
         return TaskData(train.with_options(pipeline_options()), eval_ds, state, counters, stats,
-                        stream, setup, self.source(config, "train").drop_examples)
+                        stream, setup, records.drop_examples)
 
     # ----- the run
 
@@ -313,14 +320,12 @@ class TextTask(Task):
              workers: int = 1, worker: int = 0, write=None):
         """Opens (or starts) the run in ``model_dir`` (``runs.open_run``): its ``TaskState``
         learned in one read, or loaded on a resume, and its training shards."""
-        from tfseq.pipelines import runs
-
         return runs.open_run(model_dir, self, config, model_config=model_config,
                              replicas=replicas, workers=workers, worker=worker, write=write)
 
     def drop_examples(self, config, limit: int = 5) -> list[str]:
         """The first ``file:line: reason`` of the training files' malformed records."""
-        return self.source(config, "train").drop_examples(limit)[:limit]
+        return self.records(config).drop_examples(limit)
 
     def saved_state(self, model_dir: str, config) -> TaskState:
         """The vocabularies and label sets a run saved in ``model_dir``."""
@@ -368,8 +373,6 @@ class TextTask(Task):
         service path): records in file order (the service splits them among its workers),
         pools shuffled, global batches of ``replicas`` budgets split in graph (dummy rows of
         weight 0, never an empty replica), parts of ``(inputs, targets, weights)``."""
-        from tfseq.distribute import replica_dataset_fn
-
         source = self.source(config, "train")
         encode = self.encode_fn(config, state, "train", counter)
         batching = self.batching(config)
@@ -412,10 +415,6 @@ def _tracked(stats: BatchStats):
         return ds.map(count)
 
     return apply
-
-
-def shards_files(task: TextTask, config) -> tuple[str, ...]:
-    return task.source(config, "train").files
 
 
 def committed(stream: ResumableStream, stats: BatchStats | None = None) -> tf.data.Dataset:

@@ -32,6 +32,7 @@ import tensorflow_text as tf_text
 
 from tfseq.errors import InputError
 from tfseq.progress import Progress, heartbeat
+from tfseq.sampling import Reservoir
 from tfseq.stats import DropCounter
 from tfseq.text import LEARNED_TOKENIZERS, RESERVED, Vocab, get_tokenizer
 
@@ -131,7 +132,7 @@ def vocab_from_counts(counts: collections.Counter, *, min_count: int,
     return Vocab(list(RESERVED) + [t.decode("utf-8", errors="replace") for t, _ in kept])
 
 
-def prepare(task, config, source, *, shards=None, fingerprint=None,
+def prepare(task, config, sources, *, shards=None, fingerprint=None,
             write: Callable[[str], None] | None = None) -> tuple[TaskState, PassReport]:
     """The ``TaskState`` of ``config``'s training data, in at most one pass over it.
 
@@ -139,9 +140,10 @@ def prepare(task, config, source, *, shards=None, fingerprint=None,
       task: the ``TextTask`` (its ``vocab_columns``, ``label_columns``, ``clean_rows`` and
         ``label_values``).
       config: the task's config.
-      source: the training ``Source``.
-      shards: the training stream's ``RecordShards``; spilled in the same pass when it has
-        more than one shard and no matching files yet.
+      sources: the training ``Source`` of each source (several for a mixture: each read and
+        parsed in its own format, one after the other, into the same counts).
+      shards: the training stream's ``RecordShards`` of one source; spilled in the same pass
+        when it has more than one shard and no matching files yet.
       fingerprint: the input's fingerprint (for the shards' manifest).
       write: where progress lines go.
 
@@ -155,67 +157,91 @@ def prepare(task, config, source, *, shards=None, fingerprint=None,
     discover = [c for c in task.label_columns if c not in fixed]
     learn = {n: cols for n, cols in task.vocab_columns.items() if n not in loaded}
     spill = shards is not None and shards.num_shards > 1 and not shards.ready(fingerprint)
-    samples, counts, values = {}, {}, {c: collections.Counter() for c in discover}
-    if discover or learn or spill or source.must_check:
-        samples, counts = _read_once(task, config, source, learn, discover, values, report,
-                                     shards.spill_writer(fingerprint) if spill else None,
-                                     write)
+    values = {c: collections.Counter() for c in discover}
+    tokenizer = None if _learned(config) else get_tokenizer(config.tokenizer)
+    samples = {name: Reservoir(config.vocab_max_lines, seed=config.seed)
+               for name in learn if tokenizer is None}
+    counts = {name: collections.Counter() for name in learn if tokenizer is not None}
+    description = ", ".join(source.description for source in sources)
+    if discover or learn or spill or any(source.must_check for source in sources):
+        for source in sources:
+            counter = _read_once(task, config, source, _Learning(
+                learn, discover, values, samples, counts, tokenizer), report,
+                shards.spill_writer(fingerprint) if spill else None, write)
+            check_drops(source, counter, write)
     labels = dict(fixed)
     for column in discover:
         names = sorted(v for v in values[column] if v)
         if not names:
-            raise InputError(f"No training record of {source.description} parsed (check "
-                             f"--format, --columns and --header){_first_bad(source)}")
+            raise InputError(f"No training record of {description} parsed (check --format, "
+                             f"--columns and --header){_first_bad(sources)}")
         labels[column] = tuple(names)
     task.check_labels(labels)
     check_label_values(task, config, {c: values[c] for c in discover}, report.records, write)
     vocabs = dict(loaded)
     for name in learn:
         start = time.perf_counter()
-        vocabs[name] = _make_vocab(config, name, samples.get(name), counts.get(name), write,
-                                   source)
+        vocabs[name] = _make_vocab(config, name, samples[name].sample() if name in samples
+                                   else None, counts.get(name), write, sources)
         report.seconds["vocab" if name == "vocab" else f"{name}_vocab"] = round(
             time.perf_counter() - start, 3)
     return TaskState(vocabs, labels), report
 
 
-def spill(task, config, shards, fingerprint, *, write=None) -> PassReport:
-    """Writes the training stream's shards, if it has several and they are not on disk yet
-    (one read of the training records, learning nothing); the report says if it read. A
-    mixture's sources each spill their own (``pipelines.mixture.spill``)."""
-    from tfseq.mixing import MixedRecords
+WARN_DROP_SHARE = 0.05  # a source dropping more of its records is named at start
 
-    if isinstance(shards, MixedRecords):
-        from tfseq.pipelines import mixture
-        return mixture.spill(task, config, shards, write=write)
-    if shards is None or shards.num_shards == 1 or shards.ready(fingerprint):
-        return PassReport()
-    _, report = prepare(_SpillOnly(task), config, task.source(config, "train"), shards=shards,
-                        fingerprint=fingerprint, write=write)
+
+def check_drops(source, counter: DropCounter, write=None) -> None:
+    """After the pass over ``source``: stops when every record was dropped, and names the
+    source in a warning line when more than ``WARN_DROP_SHARE`` were (records held out for
+    the other split aside).
+
+    Raises:
+      InputError: no record of ``source`` was usable (naming it, the reasons and the first
+        bad record).
+    """
+    drops = {k: v for k, v in counter.drops().items() if v and k != "other_split"}
+    records = counter.seen().get("lines_read", 0) - counter.drops().get("other_split", 0)
+    dropped = sum(drops.values())
+    if not records or not dropped:
+        return
+    reasons = ", ".join(f"{n:,} {reason}" for reason, n in sorted(drops.items()))
+    first = source.drop_examples(1)
+    example = f"; the first: {first[0]}" if first else ""
+    if dropped >= records:
+        raise InputError(f"no record of {source.description} is usable: {reasons}{example}; "
+                         "check --format, --columns and --header (or that source's entry)")
+    if write is not None and dropped > WARN_DROP_SHARE * records:
+        write(f"warning: {dropped / records:.0%} of the records of {source.description} are "
+              f"dropped ({reasons}){example}")
+
+
+def spill_pass(task, config, source, shards, fingerprint, *, write=None) -> PassReport:
+    """Writes the training stream's shards of ``source`` in one read of its records,
+    learning nothing."""
+    report = PassReport()
+    _read_once(task, config, source, _Learning({}, [], {}, {}, {}, None), report,
+               shards.spill_writer(fingerprint), write)
     return report
 
 
-class _SpillOnly:
-    """A task as ``prepare`` sees it when it only spills: no vocabulary, no labels."""
+@dataclasses.dataclass
+class _Learning:
+    """What the pass learns, and where it puts it: the vocabularies' columns (``learn``:
+    name -> columns), the label columns (``discover``) and their value counts (``values``),
+    the vocabularies' line samples or token counts, and the tokenizer that counts tokens
+    (``None``: a learned vocabulary samples lines)."""
 
-    vocab_columns: dict = {}
-    label_columns: tuple = ()
-
-    def __init__(self, task):
-        self._task = task
-
-    def __getattr__(self, name):
-        return getattr(self._task, name)
-
-    def fixed_labels(self, config):
-        return {}
-
-    def check_labels(self, labels):
-        pass
+    learn: dict
+    discover: list
+    values: dict
+    samples: dict
+    counts: dict
+    tokenizer: object
 
 
-def _first_bad(source) -> str:
-    bad = source.drop_examples(5)
+def _first_bad(sources) -> str:
+    bad = [line for source in sources for line in source.drop_examples(5)][:5]
     return ". First bad records: " + "; ".join(bad) if bad else ""
 
 
@@ -229,16 +255,20 @@ def _loaded_vocabs(task, config) -> dict[str, Vocab]:
     return {name: vocab for name in task.vocab_columns}
 
 
+def _described(sources) -> str:
+    return ", ".join(source.description for source in sources)
+
+
 def _learned(config) -> bool:
     return config.tokenizer in LEARNED_TOKENIZERS
 
 
-def _read_once(task, config, source, learn, discover, values, report, spill, write):
-    """The pass: label values, token counts or samples, and the spill, from one read."""
-    from tfseq.sampling import Reservoir
-
+def _read_once(task, config, source, learning: _Learning, report: PassReport, spill,
+               write) -> DropCounter:
+    """The pass over one source: label values, token counts or samples, and the spill;
+    returns the pass' counts of records read and dropped."""
     counter = DropCounter("prepare")
-    tokenizer = None if _learned(config) else get_tokenizer(config.tokenizer)
+    learn, discover, tokenizer = learning.learn, learning.discover, learning.tokenizer
 
     def observe(index, records):
         rows = task.clean_rows(config, source.parse(records, counter), counter)
@@ -263,20 +293,17 @@ def _read_once(task, config, source, learn, discover, values, report, spill, wri
 
     batches = source.read(1, 0).rebatch(PREPARE_BATCH)
     batches = batches.enumerate().map(observe, num_parallel_calls=tf.data.AUTOTUNE)
-    samples = {name: Reservoir(config.vocab_max_lines, seed=config.seed)
-               for name in learn if tokenizer is None}
-    counts = {name: collections.Counter() for name in learn if tokenizer is not None}
     total = sum(os.path.getsize(f) * (4 if f.endswith(".gz") else 1) for f in source.files)
     progress = Progress("reading the training records", write, total_bytes=total)
     try:
         for out in batches.prefetch(2).as_numpy_iterator():
             for column in discover:
-                values[column].update(dict(zip(
+                learning.values[column].update(dict(zip(
                     (v.decode("utf-8", errors="replace") for v in out[f"label/{column}"]),
                     out[f"label_count/{column}"].tolist())))
-            for name, reservoir in samples.items():
+            for name, reservoir in learning.samples.items():
                 reservoir.add(out[f"text/{name}"])
-            for name, counter_ in counts.items():
+            for name, counter_ in learning.counts.items():
                 counter_.update(dict(zip(out[f"tokens/{name}"].tolist(),
                                          out[f"counts/{name}"].tolist())))
             if spill is not None:
@@ -288,8 +315,8 @@ def _read_once(task, config, source, learn, discover, values, report, spill, wri
     if spill is not None:
         spill.close()
     report.passes += 1
-    report.seconds["read"] = round(progress.finish(), 3)
-    return {n: r.sample() for n, r in samples.items()}, counts
+    report.seconds["read"] = round(report.seconds.get("read", 0.0) + progress.finish(), 3)
+    return counter
 
 
 def _assertion_message(error: tf.errors.InvalidArgumentError) -> str:
@@ -302,7 +329,7 @@ def _assertion_message(error: tf.errors.InvalidArgumentError) -> str:
     return " ".join(p.strip("[] ") for p in parts.split("] [") if p.strip("[] "))
 
 
-def _make_vocab(config, name, sample, counts, write, source) -> Vocab:
+def _make_vocab(config, name, sample, counts, write, sources) -> Vocab:
     what = "" if name == "vocab" else f" {name}"
     if counts is not None:
         vocab = vocab_from_counts(counts, min_count=config.min_count, max_size=config.max_vocab)
@@ -312,7 +339,7 @@ def _make_vocab(config, name, sample, counts, write, source) -> Vocab:
                              "a vocabulary from the training files) or --vocab=PATH")
         if not sample:
             raise InputError(f"No{what} text to learn a vocabulary from: no training record "
-                             f"of {source.description} parsed{_first_bad(source)}")
+                             f"of {_described(sources)} parsed{_first_bad(sources)}")
         with heartbeat(f"learning a {config.tokenizer} vocabulary of {config.vocab_size:,}"
                        f"{what} from {len(sample):,} lines", write):
             vocab = Vocab.learn([s.decode("utf-8", errors="replace") if isinstance(s, bytes)
@@ -321,9 +348,9 @@ def _make_vocab(config, name, sample, counts, write, source) -> Vocab:
                                 lowercase=False)
     if len(vocab) <= len(RESERVED):
         raise InputError(f"No{what} text to build a vocabulary from: no training record of "
-                         f"{source.description} parsed (check --format, --columns and "
+                         f"{_described(sources)} parsed (check --format, --columns and "
                          f"--header; the report's drop counts say why records were dropped)"
-                         f"{_first_bad(source)}")
+                         f"{_first_bad(sources)}")
     if counts is None and write is not None and len(vocab) < config.vocab_size // 2:
         write(f"note: the learned{what} vocabulary has {len(vocab):,} entries, fewer than "
               f"--vocab_size={config.vocab_size:,}: the training text has no more distinct "
@@ -368,9 +395,9 @@ def check_label_values(task, config, counts: dict, records: int, write=None) -> 
                              "line of a file is a header; add --header")
     if not getattr(config, "eval_files", ()) or not counts:
         return
-    eval_source = task.source(config, "eval")
     held = {c: collections.Counter() for c in counts}
-    _read_once(task, config, eval_source, {}, list(counts), held, PassReport(), None, None)
+    _read_once(task, config, task.source(config, "eval"),
+               _Learning({}, list(counts), held, {}, {}, None), PassReport(), None, None)
     for column, found in counts.items():
         unseen = {v: n for v, n in held[column].items() if v and v not in found}
         if not unseen:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 
+from tfseq.pipelines.records import NO_RECORDS, Records
+
 MODULES = {"classify": "classify", "lm": "lm", "translate": "translate", "tag": "tag",
            "documents": "documents", "ctr": "ctr", "lm_tbptt": "lm_tbptt"}
 TASKS = sorted(MODULES)
@@ -46,6 +48,11 @@ class Task:
     def sample_lines(self, config, state, model, eval_ds) -> list[str]:
         """Lines shown after training (e.g. a few translations); none by default."""
         return []
+
+    def records(self, config) -> Records:
+        """The training records behind the runner's interface (``pipelines.records``); a
+        task whose epoch is replayed from its number has none of its own."""
+        return NO_RECORDS
 
 
 def load(name: str):
