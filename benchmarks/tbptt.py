@@ -100,7 +100,8 @@ def run_worker(spec: str) -> dict:
     dataset, variant = spec["dataset"], spec["variant"]
     keras.utils.set_random_seed(FLAGS.seed)
     config = config_for(variant, spec["files"], spec["vocab"], spec["text_field"])
-    train_ds, eval_ds, info = lm_tbptt.datasets(config)
+    data = lm_tbptt.TASK.datasets(config)
+    train_ds, eval_ds, info = data.train, data.eval, data.state
     eval_ds = eval_ds.apply(lm_tbptt.take_tokens(FLAGS.eval_tokens))
     model = stateful_lm.build_model(config, info, stateful_lm.ModelConfig(
         embedding_dim=FLAGS.embedding_dim, units=FLAGS.units, learning_rate=FLAGS.learning_rate))
@@ -129,7 +130,7 @@ def run_worker(spec: str) -> dict:
         "train_loss": history["loss"][-1],
         "peak_rss_mb": rss_after, "rss_growth_in_fit_mb": rss_after - rss_before,
         "eval_tokens": int(results["tokens"]), "eval_perplexity": results["perplexity"],
-        "padding_efficiency": info["stats"]["train"].padding_efficiency(),
+        "padding_efficiency": data.stats["train"].padding_efficiency(),
     }
 
 

@@ -244,7 +244,7 @@ class ClicksTask(ReplayedTask):
     """``--task=ctr``: the probability of a click from a MultiSlot line.
 
     The training lines are read again every epoch, in file order, and shuffled with a seed of
-    the epoch alone, so an epoch is rebuilt exactly from its number. ``info`` (``prepare``):
+    the epoch alone, so an epoch is rebuilt exactly from its number. ``info`` (``learn``):
     ``slots``, ``label``, ``files`` (``{"train": [...], "eval": [...]}``) and, for generated
     data, ``oracle_auc``.
     """
@@ -260,7 +260,7 @@ class ClicksTask(ReplayedTask):
         if config.files and not config.eval_files:
             raise ValueError("Config.files needs Config.eval_files (held-out MultiSlot files)")
 
-    def prepare(self, config):
+    def learn(self, config):
         """Raises ``ValueError``: ``files`` given without ``eval_files``."""
         self.check(config)
         info = {"slots": SLOTS, "label": LABEL}
@@ -276,7 +276,7 @@ class ClicksTask(ReplayedTask):
         info["oracle_auc"] = generated["oracle_auc"]
         return info
 
-    def train_stream(self, config, info, counter):
+    def replay(self, config, info, counter):
         lines = _read(config, info["files"]["train"], counter)
 
         def train_epoch(epoch):
@@ -285,7 +285,7 @@ class ClicksTask(ReplayedTask):
 
         return ReplayStream(train_epoch, count=_count, seed=config.seed)
 
-    def eval_batches(self, config, info, counter):
+    def held_out(self, config, info, counter):
         lines = _read(config, info["files"]["eval"], counter)
         return lines.cache().ragged_batch(config.batch_size).map(_to_model_inputs)
 
@@ -301,16 +301,3 @@ class ClicksTask(ReplayedTask):
 
 
 TASK = ClicksTask()
-
-
-def datasets(config: Config = Config(), counters: dict | None = None):
-    """Train and eval batches for ``model.fit`` (``ClicksTask``): ``(train_ds, eval_ds,
-    info)``; ``info`` has ``slots``, ``label``, ``files``, ``counters`` (``{"train":
-    DropCounter, "eval": DropCounter}``), ``train_stream`` (the ``ReplayStream`` a ``Trainer``
-    resumes from two integers) and, for generated data, ``oracle_auc``; ``train_ds`` draws a
-    new epoch key per iteration.
-
-    Raises:
-      ValueError: ``files`` given without ``eval_files``.
-    """
-    return TASK.datasets(config, counters)

@@ -318,7 +318,7 @@ class DocumentsTask(ReplayedTask):
 
     The training documents are read again every epoch and shuffled with a seed of the epoch
     alone (``tfseq.replay.epoch_seed``), so an epoch is rebuilt exactly from its number.
-    ``info`` (``prepare``): ``vocab``, ``num_classes``, ``class_names``.
+    ``info`` (``learn``): ``vocab``, ``num_classes``, ``class_names``.
     """
 
     name = "documents"
@@ -328,13 +328,13 @@ class DocumentsTask(ReplayedTask):
     def check(self, config):
         check_config(config)
 
-    def prepare(self, config):
+    def learn(self, config):
         check_config(config)
         return {"vocab": build_vocab(config), "num_classes": len(config.class_names),
                 "class_names": tuple(config.class_names),
                 "passes": 0 if config.vocab_path else 1}
 
-    def train_stream(self, config, info, counter):
+    def replay(self, config, info, counter):
         docs = examples(config, "train", info["vocab"], counter)
 
         def train_epoch(epoch):
@@ -343,7 +343,7 @@ class DocumentsTask(ReplayedTask):
 
         return ReplayStream(train_epoch, count=_count, seed=config.seed)
 
-    def eval_batches(self, config, info, counter):
+    def held_out(self, config, info, counter):
         return _batches(config, examples(config, "eval", info["vocab"], counter).cache())
 
     def serving_module(self, config, info, model, asset_dir):
@@ -367,14 +367,6 @@ class DocumentsTask(ReplayedTask):
 
 TASK = DocumentsTask()
 
-
-def datasets(config: Config = Config(), counters: dict | None = None):
-    """Train and eval datasets of document batches for ``model.fit`` (``DocumentsTask``):
-    ``(train_ds, eval_ds, info)``; ``info`` has ``vocab``, ``num_classes``, ``class_names``,
-    ``counters`` (``{"train": DropCounter, "eval": DropCounter}``) and ``train_stream`` (the
-    ``ReplayStream`` a ``Trainer`` resumes from two integers); ``train_ds`` draws a new epoch
-    key per iteration."""
-    return TASK.datasets(config, counters)
 
 
 class ServedDocuments(tf.Module):

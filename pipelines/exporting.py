@@ -18,9 +18,12 @@ import os
 import shutil
 import tempfile
 
+import tensorflow as tf
+
 from tfseq import serving
 from tfseq.pipelines import tasks
 from tfseq.pipelines.runs import RUN_FILE
+from tfseq.training import checkpoints_newest_first
 
 
 def export_run(model_dir: str, task, config, state, model,
@@ -64,10 +67,6 @@ def restore_model(model_dir: str, task, config, saved: dict):
     Raises:
       FileNotFoundError: neither a checkpoint nor ``weights.weights.h5`` in ``model_dir``.
     """
-    import tensorflow as tf
-
-    from tfseq.training import checkpoints_newest_first
-
     model_config = task.model_config(**saved.get("model", {}))
     state = task.saved_state(model_dir, config)
     model = task.build_model(config, state, model_config)

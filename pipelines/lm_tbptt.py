@@ -37,6 +37,7 @@ import dataclasses
 import gzip
 
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 import tfseq
 from tfseq import formats, serving
@@ -120,7 +121,6 @@ def build_vocab(config: Config) -> tfseq.Vocab:
         return tfseq.Vocab.load(config.vocab_path)
     texts = text(config, "train", tfseq.DropCounter("vocab")).map(lambda e: e["text"])
     if config.lowercase:
-        import tensorflow_text as tf_text
         texts = texts.map(tf_text.case_fold_utf8)
     return tfseq.Vocab.build(texts, tokenizer=config.tokenizer, min_count=config.min_count,
                              max_size=config.max_vocab)
@@ -233,29 +233,6 @@ def split_dataset(config: Config, split: str, vocab: tfseq.Vocab, counter: tfseq
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def datasets(config: Config = Config(), counters: dict | None = None):
-    """Builds the train and eval datasets for ``model.fit`` / ``tfseq.training.Trainer``.
-
-    Returns:
-      ``(train_ds, eval_ds, info)``; ``info`` has ``vocab``, ``vocab_size``, ``counters``
-      (``{"train": DropCounter, "eval": DropCounter}``), ``stats`` (``BatchStats`` of the
-      delivered batches per split; real tokens = predicted tokens) and ``train_stream`` (the
-      training batches as a ``ReplayStream``, for ``Trainer``; its batches add to
-      ``stats["train"]`` as they are trained on, ``train_ds``'s as they are read).
-
-    Raises:
-      ValueError: an inconsistent ``config`` (see ``check_config``).
-    """
-    check_config(config)
-    counters = counters or {"train": tfseq.DropCounter("train"), "eval": tfseq.DropCounter("eval")}
-    vocab = build_vocab(config)
-    stats = {"train": tfseq.BatchStats(), "eval": tfseq.BatchStats()}
-    train_ds, eval_ds = (split_dataset(config, split, vocab, counters[split], stats[split])
-                         for split in ("train", "eval"))
-    info = {"vocab": vocab, "vocab_size": vocab.size, "counters": counters, "stats": stats,
-            "train_stream": train_stream(config, vocab, counters["train"])}
-    return train_ds, eval_ds, info
-
 
 class ServedStreamLM(serving.Served):
     """``text`` -> ``log_likelihood`` float32 [B] (natural log) and ``tokens`` int32 [B], from
@@ -297,18 +274,19 @@ class StreamLMTask(ReplayedTask):
     ``"stream"`` reads the corpus in order every epoch; ``"sequences"`` shuffles the lines
     with a seed of the epoch alone: an epoch is rebuilt exactly from its number. Its streams
     carry their state from chunk to chunk on one device, so it trains on one replica.
-    ``info`` (``prepare``): ``vocab``, ``vocab_size``.
+    ``info`` (``learn``): ``vocab``, ``vocab_size``.
     """
 
     name = "lm_tbptt"
     Config = Config
     model_module = "tfseq.models.stateful_lm"
     modes = ("single",)
+    tracked = ("ids",)  # TaskData.stats: real tokens = predicted tokens
 
     def check(self, config):
         check_config(config)
 
-    def prepare(self, config):
+    def learn(self, config):
         check_config(config)
         vocab = build_vocab(config)
         return {"vocab": vocab, "vocab_size": vocab.size, "passes": 0 if config.vocab_path else 1}
@@ -317,10 +295,10 @@ class StreamLMTask(ReplayedTask):
         files = super().input_files(config)
         return files or [tfseq.corpus_path("kjv_en")]
 
-    def train_stream(self, config, info, counter):
+    def replay(self, config, info, counter):
         return train_stream(config, info["vocab"], counter)
 
-    def eval_batches(self, config, info, counter):
+    def held_out(self, config, info, counter):
         return split_dataset(config, "eval", info["vocab"], counter)
 
     def serving_module(self, config, info, model, asset_dir):

@@ -21,10 +21,13 @@ import sys
 import time
 
 import tensorflow as tf
+import tensorflow_text  # noqa: F401  (the export's text ops)
 
+import tfseq
 from tfseq import formats, serving
 from tfseq.batching import Batching, mode_of
 from tfseq.errors import InputError
+from tfseq.filtering import line_checks
 from tfseq.pipelines import tasks
 from tfseq.reading import resolve_files
 
@@ -48,8 +51,6 @@ def export_dir_of(model_dir: str) -> str:
 def make_parser(fmt: formats.RowFormat, field: str):
     """The parse step: ``tf.string [n]`` lines -> ``{"text": tf.string [n], "reason": int32
     [n]}`` (``REASONS`` index, 0 for a usable line; unusable lines get ``text`` = ``""``)."""
-    from tfseq.filtering import line_checks
-
     def parse(lines):
         row, ok = formats.parse(lines, fmt)
         # TFRecord records are binary: their text column is what must be clean text.
@@ -150,10 +151,6 @@ def _renamed(text: str, names: dict) -> str:
 def _predict_files(model_dir: str, files, output: str, *, fmt, columns, header, max_tokens,
                    batching, pool_size, progress) -> dict:
     """``predict_files`` before its checks of the outcome."""
-    import tensorflow_text  # noqa: F401  (the export's text ops)
-
-    import tfseq
-
     if max_tokens <= 0:
         raise ValueError(f"--max_tokens must be positive; received {max_tokens}")
     if not mode_of(batching).predicts:

@@ -10,6 +10,8 @@ import dataclasses
 import json
 import os
 
+from tfseq.pipelines.mixture import format_sources
+
 
 def make_report(*, task_name, config, mode, replicas, workers, learning_rate, result, stats,
                 counters, eval_results, baselines, setup, data_state_bytes,
@@ -77,8 +79,6 @@ def format_report(report: dict) -> str:
                 f"{os.path.basename(row['source'])} read {row['source_epochs']:.2f} times"
                 for row in report["sources"]) + ")")
     if report.get("sources"):
-        from tfseq.pipelines.mixture import format_sources
-
         lines.extend("  " + line for line in format_sources(report["sources"]))
     lines.append(f"  padding efficiency of training batches: {report['padding_efficiency']:.3f}")
     this_command = report.get("steps_this_command", report["steps"])

@@ -206,10 +206,7 @@ def open_replayed_run(model_dir: str, task, config, *, model_config, workers: in
         changes = compare(saved, new, _jsonable(dataclasses.asdict(type(config)())))
         if changes:
             raise ChangedRun(model_dir, changes)
-    started = time.perf_counter()
-    state = task.prepare(config)
-    setup = PassReport(passes=int(state.get("passes", 0)),
-                       seconds={"prepare": round(time.perf_counter() - started, 3)})
+    state, setup = task.prepare(config)
     if not resumed:
         os.makedirs(model_dir, exist_ok=True)
         _write_json(path, new)

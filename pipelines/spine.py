@@ -41,6 +41,7 @@ from tfseq.pipelines.config import TextConfig, batching_of
 from tfseq.pipelines.records import TrainingRecords, training_records
 from tfseq.pipelines.sources import Source
 from tfseq.pipelines.state import PassReport, TaskState, prepare
+from tfseq.pipelines.task_data import TaskData
 from tfseq.pipelines.tasks import Task
 from tfseq._common import pipeline_options
 from tfseq.batching import Batching
@@ -52,30 +53,6 @@ from tfseq.resumable import RecordShards, ResumableStream
 from tfseq.splitting import split
 from tfseq.stats import BatchStats, DropCounter
 from tfseq.text import BOS_ID, EOS_ID, get_tokenizer
-
-
-@dataclasses.dataclass
-class TaskData:
-    """A task's datasets for ``model.fit`` and what they were built from.
-
-    Attributes:
-      train: training batches ``(inputs, targets, weights)``, shuffled anew every epoch.
-      eval: evaluation batches, in file order.
-      state: the vocabularies and label sets (``TaskState``).
-      counters: ``{"train": DropCounter, "eval": DropCounter}``: records read and dropped.
-      stats: ``{"train": BatchStats, "eval": BatchStats}`` of the batches delivered.
-      stream: the training ``ResumableStream`` (``train`` is its batches).
-      setup: the ``PassReport`` of the reading done before the first step.
-    """
-
-    train: tf.data.Dataset
-    eval: tf.data.Dataset
-    state: TaskState
-    counters: dict[str, DropCounter]
-    stats: dict[str, BatchStats]
-    stream: ResumableStream
-    setup: PassReport
-    drop_examples: Callable[[int], list[str]]
 
 
 def _resolved_once(source_fn):

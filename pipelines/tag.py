@@ -33,6 +33,7 @@ import os
 from typing import Sequence
 
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 from tfseq import formats, serving
 from tfseq.errors import InputError
@@ -115,7 +116,6 @@ class Tag(TextTask):
         tag_ids = tf.ragged.boolean_mask(tag_ids, keep)
         texts = words.flat_values
         if config.lowercase:
-            import tensorflow_text as tf_text
             texts = tf_text.case_fold_utf8(texts)
         examples = {"ids": words.with_flat_values(state.vocab.lookup(texts)),
                     "tags": tag_ids + 1}

@@ -39,7 +39,9 @@ from typing import Sequence
 import tensorflow as tf
 
 from tfseq import serving
+from tfseq.decoding import greedy_decode
 from tfseq.model_inputs import ModelFeatures
+from tfseq.models.translate import decode_examples
 from tfseq.pipelines import sources, verses
 from tfseq.pipelines.config import GenerativeConfig
 from tfseq.pipelines.spine import TextTask, limit_lengths, token_ids
@@ -106,7 +108,6 @@ class Translate(TextTask):
         return row["translation"].decode("utf-8")
 
     def sample_lines(self, config, state, model, eval_ds):
-        from tfseq.models.translate import decode_examples
         return decode_examples(model, eval_ds, state, max_length=config.max_length + 1)
 
 
@@ -138,7 +139,6 @@ class ServedTranslator(serving.Served):
         self.suppress_ids = tuple(suppress_ids)
 
     def _predict(self, source, lengths):
-        from tfseq.decoding import greedy_decode
 
         valid = lengths >= 1
         lengths = tf.maximum(lengths, 1)

@@ -22,8 +22,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
+from tfseq.scripts import flag_table  # noqa: E402
+
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model_dir", None, "A tfseq-train model directory.", required=True)
+flag_table.define(["model_dir"], defaults={"model_dir": None}, required=["model_dir"],
+                  helps={"model_dir": "A tfseq-train model directory."})
 flags.DEFINE_string("export_dir", None, "Where to write the SavedModel "
                     "(default: <model_dir>/export).")
 

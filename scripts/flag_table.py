@@ -20,7 +20,6 @@ from tfseq import batching
 from tfseq.errors import InputError
 from tfseq.formats import FORMATS
 from tfseq.pipelines import mixture, tasks
-from tfseq.pipelines.runner import RunSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,9 +143,10 @@ PATH_FLAGS = ("files", "train_files", "eval_files", "source_files", "target_file
 
 
 def define(names, *, defaults: dict | None = None, helps: dict | None = None,
-           flag_values=flags.FLAGS) -> list[str]:
+           required=(), flag_values=flags.FLAGS) -> list[str]:
     """Defines the flags ``names`` of ``FLAGS_TABLE`` (``defaults``/``helps`` override a
-    command's own); returns their names."""
+    command's own; ``required``: flags the command cannot run without); returns their
+    names."""
     defaults, helps = defaults or {}, helps or {}
     for name in names:
         flag = FLAGS_TABLE[name]
@@ -165,6 +165,8 @@ def define(names, *, defaults: dict | None = None, helps: dict | None = None,
                                                          flag_values=flag_values)
         if name in VALIDATORS:
             flags.register_validator(name, *VALIDATORS[name], flag_values=flag_values)
+        if name in required:
+            flags.mark_flag_as_required(name, flag_values=flag_values)
     return list(names)
 
 
@@ -304,17 +306,6 @@ def changed_run_message(error) -> str:
                          "run with --model_dir=NEW "
                          f"--vocab={os.path.join(error.model_dir, vocab[0])}")
     return "\n".join(lines)
-
-
-def run_settings(flag_values, started: float) -> RunSettings:
-    """The ``RunSettings`` of ``tfseq-train``'s run flags (``started``: the process' start)."""
-    f = flag_values
-    return RunSettings(
-        model_dir=f.model_dir, epochs=f.epochs, max_steps=f.max_steps,
-        checkpoint_every=f.checkpoint_every, num_replicas=f.num_replicas,
-        steps_per_execution=f.steps_per_execution, strategy=f.strategy,
-        data_service=f.data_service, learning_rate=f.learning_rate, verbose=f.verbose,
-        export=f.export, started=started)
 
 
 def save_run_files(model_dir: str, argv, flag_values, names) -> None:

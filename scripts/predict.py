@@ -40,14 +40,14 @@ from tfseq.scripts import flag_table  # noqa: E402
 
 COMMAND = "tfseq-predict"
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model_dir", None, "Model directory (uses its export/) or an export.",
-                    required=True)
-flags.DEFINE_list("files", None, "Input files or globs (.gz allowed); - reads stdin.",
-                  required=True)
 flag_table.define(
-    ["format", "columns", "header", "batching", "max_tokens"],
-    defaults={"batching": "bucket", "max_tokens": 8192},
-    helps={"columns": "Field names in order (JSON keys, TFRecord features: by name); the input "
+    ["model_dir", "files", "format", "columns", "header", "batching", "max_tokens", "verbose"],
+    defaults={"model_dir": None, "files": None, "batching": "bucket", "max_tokens": 8192},
+    required=["model_dir", "files"],
+    helps={"model_dir": "Model directory (uses its export/) or an export.",
+           "files": "Input files or globs (.gz allowed); - reads stdin.",
+           "verbose": "0: quiet; 1: progress bar and report.",
+           "columns": "Field names in order (JSON keys, TFRecord features: by name); the input "
                       "field is the one the model was trained on (`text`; translate `source`; "
                       "tag `tokens`, or `token` in CoNLL), `_` skips (default: the training "
                       "run's, else the embedded corpus layout book,chapter,verse,text).",
@@ -60,7 +60,6 @@ flags.DEFINE_string("output", "-", "Output file, one line per input line; - (the
                     "stdout, the report then goes to stderr.")
 flags.DEFINE_integer("pool_size", 8192, "Lines sorted together by length (bounds memory).")
 flags.DEFINE_string("report_json", None, "Also write the report here as JSON.")
-flags.DEFINE_integer("verbose", 1, "0: quiet; 1: progress bar and report.")
 
 
 def format_report(report: dict) -> str:

@@ -38,7 +38,8 @@ def test_datasets_count_bad_lines(tmp_path):
                              seed=1, bad_lines_per_file=3)
     config = ctr.Config(files=tuple(generated["train_files"]),
                         eval_files=tuple(generated["eval_files"]), batch_size=8)
-    train, evals, info = ctr.datasets(config)
+    data = ctr.TASK.datasets(config)
+    train, evals, info = data.train, data.eval, data.state
     features, labels = train.element_spec
     assert isinstance(features["history"], tf.RaggedTensorSpec)
     assert features["stats"] == tf.TensorSpec([None, 3], tf.float32)
@@ -46,12 +47,12 @@ def test_datasets_count_bad_lines(tmp_path):
     assert "click" not in features
     assert sum(int(b[1].shape[0]) for b in train) == 40
     assert sum(int(b[1].shape[0]) for b in evals) == 10
-    counter = info["counters"]["train"]
+    counter = data.counters["train"]
     assert counter.seen() == {"lines_read": 46}
     assert counter.drops() == {"bad_count": 0, "count_too_large": 0, "dense_size": 2,
                                "extra_tokens": 0, "missing_slot": 2, "non_numeric": 2}
     with pytest.raises(ValueError, match=r"needs Config.eval_files"):
-        ctr.datasets(ctr.Config(files=("x",)))
+        ctr.TASK.datasets(ctr.Config(files=("x",)))
 
 
 def test_pooled_embedding_mean_and_sum():
@@ -89,7 +90,8 @@ def test_model_shapes_and_few_steps():
 def test_a_few_hundred_steps_learn_the_signal(tmp_path):
     config = ctr.Config(data_dir=str(tmp_path), num_files=2, examples_per_file=5000,
                         eval_examples=3000, batch_size=64)
-    train, evals, info = ctr.datasets(config)
+    data = ctr.TASK.datasets(config)
+    train, evals, info = data.train, data.eval, data.state
     model = ctr_model.build_model(config, info)
     model.fit(train, epochs=2, verbose=0)             # 2 x 157 steps
     result = model.evaluate(evals, verbose=0, return_dict=True)

@@ -66,13 +66,14 @@ def test_datasets_on_literal_labelled_file(tmp_path):
     config = documents.Config(files=(str(tmp_path / "docs.txt"),),
                               vocab_path=str(tmp_path / "vocab.txt"), eval_percent=100,
                               batch_size=2)
-    train, evals, info = documents.datasets(config)
+    data = documents.TASK.datasets(config)
+    train, evals, info = data.train, data.eval, data.state
     assert info["num_classes"] == 7 and info["class_names"][6] == "Revelation"
     assert evals.element_spec[0]["ids"] == tf.RaggedTensorSpec(
         [None, None, None], tf.int32, ragged_rank=2, row_splits_dtype=tf.int64)
     assert to_list(evals) == [({"ids": [[[4, 6, 1, 1], [4, 6]], [[4, 7], [5, 5, 5]]]}, [0, 6])]
     assert to_list(train) == []
-    counters = {k: (c.seen(), c.drops()) for k, c in info["counters"].items()}
+    counters = {k: (c.seen(), c.drops()) for k, c in data.counters.items()}
     no_drops = {"too_long_sentence": 0, "too_many_sentences": 0}
     assert counters["eval"] == ({"documents": 4, "lines_read": 12},
                                 {**no_drops, "other_split": 0, "unknown_label": 2})
@@ -86,9 +87,10 @@ def test_length_limits_are_counted(tmp_path):
     config = documents.Config(files=(str(tmp_path / "docs.txt"),),
                               vocab_path=str(tmp_path / "vocab.txt"), eval_percent=100,
                               max_sentences=2, max_words=3)
-    _, evals, info = documents.datasets(config)
+    data = documents.TASK.datasets(config)
+    evals, info = data.eval, data.state
     assert to_list(evals) == [({"ids": [[[4, 7], [5, 5, 5]]]}, [6])]
-    assert info["counters"]["eval"].drops()["too_long_sentence"] == 1
+    assert data.counters["eval"].drops()["too_long_sentence"] == 1
 
 
 TSV = ("Gen\t1\t1\tIn the beginning.\nGen\t1\t2\tAnd the earth.\nGen\t2\t1\tThus.\n"
@@ -167,14 +169,15 @@ def test_model_fit_few_steps(tmp_path):
 @pytest.mark.slow
 def test_trains_on_corpus_chapters():
     config = documents.Config(batch_size=16, max_vocab=4000)
-    train, evals, info = documents.datasets(config)
+    data = documents.TASK.datasets(config)
+    train, evals, info = data.train, data.eval, data.state
     keras_model = hierarchical.build_model(config, info, hierarchical.ModelConfig(
         embedding_dim=32, word_units=32, sentence_units=32))
     keras_model.fit(train, epochs=2, verbose=0)
     accuracy = keras_model.evaluate(evals, verbose=0, return_dict=True)["accuracy"]
     baseline = documents.majority_baseline(evals)
     assert accuracy > baseline + 0.15, (accuracy, baseline)
-    counters = info["counters"]
+    counters = data.counters
     # The training documents are read again each epoch (an epoch is rebuilt from its number).
     assert counters["train"].seen()["documents"] == 2 * 1189
     counters["train"].reset()

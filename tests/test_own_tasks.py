@@ -51,9 +51,8 @@ def train_binary(task, model_dir, *flags, fault=None):
                    "--checkpoint_every=0", "--verbose=0", *flags, fault=fault)
 
 
-def train_a_little(model, info, steps=3):
-    training.Trainer(model, info["train_stream"], model_dir=None).fit(1, verbose=0,
-                                                                       max_steps=steps)
+def train_a_little(model, data, steps=3):
+    training.Trainer(model, data.stream, model_dir=None).fit(1, verbose=0, max_steps=steps)
 
 
 @pytest.mark.slow
@@ -63,10 +62,11 @@ def test_documents_export_answers_text(tmp_path):
                    for i in range(30))
     (tmp_path / "docs.txt").write_text(text)
     config = documents.Config(files=(str(tmp_path / "docs.txt"),), min_count=1, batch_size=4)
-    _, _, info = documents.datasets(config)
+    data = documents.TASK.datasets(config)
+    info = data.state
     model = hierarchical.build_model(config, info, hierarchical.ModelConfig(
         embedding_dim=8, word_units=8, sentence_units=8))
-    train_a_little(model, info)
+    train_a_little(model, data)
     export = exporting.export_run(str(tmp_path), tasks.load("documents"), config, info, model)
     docs = ["The word1 of 2\n\n  and MORE words \n", "unseen words here", "\n \n"]
     served = serve_plain(export, "text", docs)
@@ -93,9 +93,10 @@ def test_ctr_export_answers_multislot_lines(tmp_path):
                         eval_examples=10)
     config = ctr.Config(files=tuple(data["train_files"]), eval_files=tuple(data["eval_files"]),
                         batch_size=16)
-    _, eval_ds, info = ctr.datasets(config)
+    data = ctr.TASK.datasets(config)
+    eval_ds, info = data.eval, data.state
     model = ctr_model.build_model(config, info)
-    train_a_little(model, info)
+    train_a_little(model, data)
     export = exporting.export_run(str(tmp_path), tasks.load("ctr"), config, info, model)
     with open(data["eval_files"][0]) as f:
         lines = [line.rstrip("\n") for line in f][:10]
@@ -116,10 +117,11 @@ def test_lm_tbptt_export_scores_text(tmp_path, mode):
     (tmp_path / "c.tsv").write_text("\n".join(lines) + "\n")
     config = lm_tbptt.Config(files=(str(tmp_path / "c.tsv"),), min_count=1, mode=mode,
                              batch_size=2, tbptt=4, eval_percent=0)
-    _, _, info = lm_tbptt.datasets(config)
+    data = lm_tbptt.TASK.datasets(config)
+    info = data.state
     model = stateful_lm.build_model(config, info, stateful_lm.ModelConfig(embedding_dim=4,
                                                                           units=4))
-    train_a_little(model, info)
+    train_a_little(model, data)
     export = exporting.export_run(str(tmp_path), tasks.load("lm_tbptt"), config, info, model)
     served = serve_plain(export, "text", ["W1 w2 w0", "w3 unknown"])
     assert served["tfseq_modules"] == []

@@ -79,29 +79,29 @@ def _fingerprint(batch):
     return out, np.asarray(labels).tolist()
 
 
-def _resume_sees_each_batch_once(tmp_path, info, build, epochs=2, stop_at=5):
+def _resume_sees_each_batch_once(tmp_path, data, build, epochs=2, stop_at=5):
     """Trains ``epochs`` uninterrupted, then again stopped at ``stop_at`` steps and resumed by a
     new trainer and model; returns (uninterrupted batches, resumed batches, data state bytes,
     counters' drops after each)."""
 
     def run(model_dir, max_steps=None):
         seen = []
-        trainer = training.Trainer(build(), info["train_stream"], model_dir=str(model_dir),
+        trainer = training.Trainer(build(), data.stream, model_dir=str(model_dir),
                                    on_batch=lambda b: seen.append(_fingerprint(b)),
-                                   on_epoch_start=lambda e: info["counters"]["train"].reset())
+                                   on_epoch_start=lambda e: data.counters["train"].reset())
         trainer.fit(epochs, verbose=0, max_steps=max_steps)
         return seen, trainer
 
     whole, _ = run(tmp_path / "whole")
-    whole_drops = info["counters"]["train"].drops()
+    whole_drops = data.counters["train"].drops()
     first, trainer = run(tmp_path / "cut", max_steps=stop_at)
     assert len(first) == stop_at
     state = training.data_state_bytes(training.checkpoints_newest_first(
         trainer.checkpoint_dir)[0])
-    info["counters"]["train"].reset()  # a new process starts with no counts
+    data.counters["train"].reset()  # a new process starts with no counts
     rest, _ = run(tmp_path / "cut")
     assert first + rest == whole
-    assert info["counters"]["train"].drops() == whole_drops
+    assert data.counters["train"].drops() == whole_drops
     return whole, state
 
 
@@ -115,15 +115,16 @@ def test_documents_resume_sees_each_batch_once(tmp_path):
     path = tmp_path / "docs.txt"
     path.write_text(LABELLED + "Unknown\nthe end\n\n")
     config = documents.Config(files=(str(path),), min_count=1, batch_size=4, eval_percent=0)
-    _, _, info = documents.datasets(config)
+    data = documents.TASK.datasets(config)
+    info = data.state
     whole, state = _resume_sees_each_batch_once(
-        tmp_path, info, lambda: hierarchical.build_model(config, info, hierarchical.ModelConfig(
+        tmp_path, data, lambda: hierarchical.build_model(config, info, hierarchical.ModelConfig(
             embedding_dim=4, word_units=4, sentence_units=4)))
     assert len(whole) == 2 * 11  # 42 documents in batches of 4, two epochs
     assert sorted(label for _, labels in whole[:11] for label in labels) == sorted(
         list(range(7)) * 6)
     assert state == 0
-    assert info["counters"]["train"].drops()["unknown_label"] == 1
+    assert data.counters["train"].drops()["unknown_label"] == 1
 
 
 @pytest.mark.slow
@@ -132,13 +133,14 @@ def test_ctr_resume_sees_each_batch_once(tmp_path):
                         eval_examples=20, bad_lines_per_file=2)
     config = ctr.Config(files=tuple(data["train_files"]), eval_files=tuple(data["eval_files"]),
                         batch_size=16, shuffle_buffer=50)
-    _, _, info = ctr.datasets(config)
+    data = ctr.TASK.datasets(config)
+    info = data.state
     whole, state = _resume_sees_each_batch_once(
-        tmp_path, info, lambda: ctr_model.build_model(config, info, ctr_model.ModelConfig()))
+        tmp_path, data, lambda: ctr_model.build_model(config, info, ctr_model.ModelConfig()))
     assert len(whole) == 2 * 8  # 120 lines in batches of 16
     assert sum(len(labels) for _, labels in whole[:8]) == 120
     assert state == 0
-    assert sum(info["counters"]["train"].drops().values()) == 4
+    assert sum(data.counters["train"].drops().values()) == 4
 
 
 @pytest.fixture
@@ -157,11 +159,12 @@ def tiny_corpus(tmp_path):
 def test_lm_tbptt_resume_sees_each_batch_once(tmp_path, tiny_corpus, mode):
     config = lm_tbptt.Config(files=(tiny_corpus,), min_count=1, mode=mode, batch_size=3,
                              tbptt=4, eval_percent=0)
-    _, _, info = lm_tbptt.datasets(config)
+    data = lm_tbptt.TASK.datasets(config)
+    info = data.state
     whole, state = _resume_sees_each_batch_once(
-        tmp_path, info, lambda: stateful_lm.build_model(config, info, stateful_lm.ModelConfig(
+        tmp_path, data, lambda: stateful_lm.build_model(config, info, stateful_lm.ModelConfig(
             embedding_dim=4, units=4)), stop_at=3)
     tokens = sum(sum(n for n in dict(features)["ids_length"]) for features, _ in whole)
     assert tokens == 2 * sum(i % 6 + 2 + 1 for i in range(40)) - 2 * (mode == "stream")
     assert state == 0
-    assert info["counters"]["train"].drops()["malformed"] == 1
+    assert data.counters["train"].drops()["malformed"] == 1

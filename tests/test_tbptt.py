@@ -408,7 +408,8 @@ def tiny_corpus(tmp_path):
 def test_pipeline_stream_predicts_every_training_token_once(tiny_corpus):
     config = lm_tbptt.Config(files=(tiny_corpus,), min_count=1, batch_size=3, tbptt=4,
                              eval_percent=0)
-    train_ds, _, info = lm_tbptt.datasets(config)
+    data = lm_tbptt.TASK.datasets(config)
+    train_ds, info = data.train, data.state
     vocab = info["vocab"]
     words = " ".join(f"{line} </s>" for line in [
         "in the beginning god created the heaven", "and the earth was without form",
@@ -423,14 +424,15 @@ def test_pipeline_stream_predicts_every_training_token_once(tiny_corpus):
             predicted.append(targets[b][:n])
     flat = [t for part in predicted for t in part]
     assert vocab.to_tokens(tf.constant(flat)).numpy().astype(str).tolist() == words[1:]
-    assert info["counters"]["train"].drops()["other_split"] == 0
+    assert data.counters["train"].drops()["other_split"] == 0
 
 
 @pytest.mark.slow
 def test_pipeline_sequences_chunks_and_model_trains(tiny_corpus):
     config = lm_tbptt.Config(files=(tiny_corpus,), min_count=1, mode="sequences", batch_size=2,
                              tbptt=3, eval_percent=0)
-    train_ds, _, info = lm_tbptt.datasets(config)
+    data = lm_tbptt.TASK.datasets(config)
+    train_ds, info = data.train, data.state
     model = build_model(config, info, ModelConfig(embedding_dim=4, units=4))
     history = model.fit(train_ds, verbose=0).history
     assert history["tokens"] == [sum(len(line.split()) + 1 for line in [
@@ -443,9 +445,9 @@ def test_pipeline_sequences_chunks_and_model_trains(tiny_corpus):
 
 def test_pipeline_config_checks():
     with pytest.raises(ValueError, match="tbptt"):
-        lm_tbptt.datasets(lm_tbptt.Config(mode="stream", tbptt=None))
+        lm_tbptt.TASK.datasets(lm_tbptt.Config(mode="stream", tbptt=None))
     with pytest.raises(ValueError, match="mode"):
-        lm_tbptt.datasets(lm_tbptt.Config(mode="pack"))
+        lm_tbptt.TASK.datasets(lm_tbptt.Config(mode="pack"))
 
 
 def test_join_chapters(tiny_corpus, tmp_path):

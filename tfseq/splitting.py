@@ -165,13 +165,13 @@ def _roles(layout: _Layout, keys) -> dict[str, str]:
     """How each feature's dummy rows look: see the module docstring."""
     roles = {}
     for key in layout.padded:
-        roles[key] = "pad"
+        roles[key] = "zeros"
         roles[key + LENGTH_SUFFIX] = "one"
     for key in layout.ragged:
         roles[key] = "ragged_pad"
     for key in layout.packed:
-        roles[key] = "pad"
-        roles[key + POSITIONS_SUFFIX] = "pad"
+        roles[key] = "zeros"
+        roles[key + POSITIONS_SUFFIX] = "zeros"
         roles[key + SEGMENT_IDS_SUFFIX] = "first"
         roles[key + RESETS_SUFFIX] = "first"
         if key + LENGTH_SUFFIX in keys:
@@ -205,7 +205,7 @@ def _append_dummy_rows(part: dict, count: tf.Tensor, roles: dict[str, str]) -> d
                     value.values[:0], tf.zeros([count], splits_dtype))
         elif role == "one" and value.shape.rank == 1:
             dummy = tf.ones([count], value.dtype)
-        elif role in ("pad", "first", "one"):  # "one" of rank 2: a per-segment table (pack)
+        elif role in ("zeros", "first", "one"):  # "one" of rank 2: a per-segment table (pack)
             role = "first" if role == "one" else role
             value, width = _widen(value)
             dummy = tf.zeros([count, width], value.dtype)
