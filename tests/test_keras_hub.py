@@ -5,6 +5,7 @@ downloaded.
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -203,6 +204,28 @@ def test_inputs_refuses_what_it_cannot_feed(tokenizer):
     assert x["padding_mask"].numpy().tolist() == [[1, 1, 1, 1], [1, 1, 1, 1]]
 
 
+def test_inputs_fills_what_the_model_declares_in_its_dtypes():
+    declared = {"token_ids": "int32", "padding_mask": "bool", "position_ids": "int64"}
+    model_in = {name: keras.Input((None,), dtype=dtype, name=name)
+                for name, dtype in declared.items()}
+    model = keras.Model(model_in, keras.ops.cast(model_in["token_ids"], "float32"))
+    assert tfseq.keras_hub.input_specs(model) == declared
+    batch = {"ids": [[5, 6, 7], [8, 0, 0]], "ids_length": [3, 1], "label": [1, 0],
+             "weight": [1.0, 0.0]}
+    x, y, w = next(iter(tf.data.Dataset.from_tensors(batch).apply(tfseq.keras_hub.inputs(model))))
+    assert {k: (v.dtype.name, v.numpy().tolist()) for k, v in x.items()} == {
+        "token_ids": ("int32", [[5, 6, 7], [8, 0, 0]]),
+        "padding_mask": ("bool", [[True, True, True], [True, False, False]]),
+        "position_ids": ("int64", [[0, 1, 2], [0, 1, 2]])}
+    assert y.numpy().tolist() == [1, 0] and w.numpy().tolist() == [1.0, 0.0]
+    # batch_size=4: 2 rows weigh 2/4 each (times their weight), as 2 of 4 rows of a fixed batch
+    ds = tf.data.Dataset.from_tensors(batch).apply(tfseq.keras_hub.inputs(model, batch_size=4))
+    assert next(iter(ds))[2].numpy().tolist() == [0.5, 0.0]
+    del batch["weight"]
+    ds = tf.data.Dataset.from_tensors(batch).apply(tfseq.keras_hub.inputs(model, batch_size=4))
+    assert next(iter(ds))[2].numpy().tolist() == [0.5, 0.5]
+
+
 def test_import_tfseq_needs_no_keras_hub_and_says_how_to_install_it(tmp_path):
     script = ("import sys\n"
               "import tfseq\n"
@@ -279,3 +302,12 @@ def test_fit_on_bucketed_batches_reaches_the_preprocessor_fed_accuracy(tokenizer
         accuracies[name] = model.evaluate(test, verbose=0, return_dict=True)["accuracy"]
     assert accuracies["keras_hub"] > 0.9, accuracies
     assert abs(accuracies["tfseq"] - accuracies["keras_hub"]) <= 0.01, accuracies
+
+
+@pytest.mark.slow  # trains the example's classifier: ~10 s on 2 cores
+def test_the_docs_example_runs(capsys):
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "keras_hub.md"),
+              encoding="utf-8") as f:
+        [example] = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    exec(compile(example, "docs/keras_hub.md", "exec"), {})
+    assert capsys.readouterr().out == "{'empty': 16}\n"

@@ -17,13 +17,15 @@ Which batching each model family takes (checked on KerasHub 0.32):
 
 - Encoders and classifiers (BERT, RoBERTa, ALBERT, DistilBERT, DeBERTaV3, ELECTRA, XLM-R,
   ...; their ``TextClassifier``s): ``bucket_by_length`` under a token budget, or ``pad_batch``.
-  Attention masks padding with ``padding_mask``, so each example's outputs are those it gets
-  padded to any length (``tests/test_keras_hub.py`` checks it against KerasHub's own
-  preprocessor). Examples must fit the position embedding (``max_sequence_length``): truncate
-  with ``tokenize(sequence_length=...)`` or drop with ``bucket_by_length(max_length=...)``.
+  Attention masks padding with ``padding_mask``, so an example's outputs at its tokens are
+  the same in a bucketed batch as padded to any length (``tests/test_keras_hub.py`` checks
+  it against KerasHub's own preprocessor). Examples must fit the position embedding
+  (``max_sequence_length``): cut them with ``tokenize(sequence_length=...)`` or drop them
+  with ``bucket_by_length(max_length=...)``.
 - Causal LMs (GPT-2, Llama, Gemma, Mistral, ...; their ``CausalLM``s): ``bucket_by_length``.
   Not ``pack``: their backbones take a ``[B, T]`` padding mask only and build the causal mask
-  inside, with positions counted from each row's start; no input takes segment ids, so packed
+  inside, with positions counted from each row's start; no text backbone takes attention
+  segments or a 2-D mask (BERT's ``segment_ids`` are sentence A/B embeddings), so packed
   examples would attend to each other. ``inputs`` refuses packed batches.
 - Backbones without a ``padding_mask`` input (FNet mixes the whole padded row with a Fourier
   transform) change their output with the padded length, so they only take one fixed
@@ -31,14 +33,14 @@ Which batching each model family takes (checked on KerasHub 0.32):
 - Seq2seq (BART, T5) and masked LM tasks take other inputs (``encoder_token_ids``,
   ``mask_positions``): ``tokenize`` works for them, ``inputs`` says which input it lacks.
 
-Example::
+Example (the whole of it runs in ``docs/keras_hub.md``)::
 
-    import keras_hub, tfseq
-    classifier = keras_hub.models.BertTextClassifier(backbone, num_classes=7, preprocessor=None)
-    rows = tfseq.text_lines("train.tsv", batch_size=1024).map(split_label_and_text)
-    train = (rows.apply(tfseq.keras_hub.tokenize(tokenizer, key="text"))  # {"text": ids, ...}
-                 .apply(tfseq.bucket_by_length(max_tokens=4096, max_length=512, seed=0))
-                 .apply(tfseq.keras_hub.inputs(classifier, key="text")))
+    classifier = keras_hub.models.BertTextClassifier(backbone, num_classes=2, preprocessor=None)
+    rows = tf.data.Dataset.from_tensor_slices({"ids": texts, "label": labels}).shuffle(...)
+    train = (rows.batch(1024)
+             .apply(tfseq.keras_hub.tokenize(tokenizer))     # {"ids": [n, (T)], "label": [n]}
+             .apply(tfseq.bucket_by_length(max_tokens=4096, max_length=512, seed=0))
+             .apply(tfseq.keras_hub.inputs(classifier, batch_size=32)))
     classifier.fit(train, epochs=3)
 
 ``import tfseq`` does not import KerasHub; this module imports it on first use and, when it
@@ -49,7 +51,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfseq._common import LENGTH_SUFFIX, Transform, mask_batch, unbatch
+from tfseq._common import LENGTH_SUFFIX, Transform, check_positive_int, mask_batch, unbatch
 from tfseq.stats import DropCounter, resolve_counter
 
 MISSING = "tfseq.keras_hub needs KerasHub: pip install tfseq[keras-hub]"
@@ -117,7 +119,9 @@ def tokenize(tokenizer, *, start_end: bool = True, sequence_length: int | None =
 
     Ids are the tokenizer's, with the start/end tokens around them as the model's
     preprocessor adds them (``special_ids``): ``"The fox."`` -> ``[CLS] the fox . [SEP]``
-    for BERT, ``<|endoftext|> The fox. <|endoftext|>`` for a GPT-2 causal LM.
+    for BERT, ``<|endoftext|> The fox. <|endoftext|>`` for a GPT-2 causal LM. Some
+    vocabularies give a real token id 0 (GPT-2's ``<|endoftext|>``): tfseq's batches carry
+    lengths, and ``inputs`` builds the mask from them, not from zeros.
 
     Args:
       tokenizer: a KerasHub ``Tokenizer`` (``WordPieceTokenizer``, ``BytePairTokenizer``,
@@ -144,9 +148,11 @@ def tokenize(tokenizer, *, start_end: bool = True, sequence_length: int | None =
         ``tf.string`` ``key``.
 
     Example:
+      >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "fox", "."]
       >>> tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocab, lowercase=True)
       >>> ds = tf.data.Dataset.from_tensor_slices(["The fox.", ""])
-      >>> list(ds.apply(tfseq.keras_hub.tokenize(tokenizer)))  # [{"ids": [2, 9, 7, 12, 3]}]
+      >>> [e["ids"].numpy().tolist() for e in ds.apply(tfseq.keras_hub.tokenize(tokenizer))]
+      [[2, 5, 6, 7, 3]]
     """
     start, end, tok = special_ids(tokenizer, start_end)
     specials = (start is not None) + (end is not None)
@@ -233,7 +239,7 @@ def input_specs(model) -> dict:
 
 
 def inputs(model, *, key: str = "ids", labels: bool = True, label_key: str = "label",
-           weight_key: str = "weight") -> Transform:
+           weight_key: str = "weight", batch_size: int | None = None) -> Transform:
     """Transformation: tfseq batches -> what a KerasHub model takes, ready for ``model.fit``.
 
     Input batches are padded (``{key: [B, T], key_length: [B]}`` from ``bucket_by_length`` or
@@ -254,7 +260,15 @@ def inputs(model, *, key: str = "ids", labels: bool = True, label_key: str = "la
       the ids ``[:, 1:]`` and ``sample_weight`` the padding mask ``[:, 1:]`` (float32, times
       the row's ``weight_key`` when there is one);
     - any other model (a ``TextClassifier``, a backbone under a head of your own): ``y`` is
-      ``label_key``, ``sample_weight`` is ``weight_key`` when the batch has it.
+      ``label_key``, ``sample_weight`` is ``weight_key`` when the batch has it, times
+      ``rows / batch_size`` with ``batch_size``.
+
+    Why ``batch_size``: Keras averages the loss over a batch's rows, so in a batch of ``n``
+    rows each example weighs ``1/n``. Under a token budget long examples come in batches of
+    few rows and weigh more (at ``max_tokens=1241``: 12 rows of 100-token texts, 124 rows of
+    10-token ones), which skews a classifier towards what long examples say
+    (``docs/keras_hub.md``). With ``batch_size=B`` every example weighs ``1/B``
+    whatever its batch, as in fixed batches of ``B`` rows: give the mean rows per step.
 
     Without ``labels``: ``x`` alone (prediction, or a backbone's features).
 
@@ -264,6 +278,9 @@ def inputs(model, *, key: str = "ids", labels: bool = True, label_key: str = "la
       key: the sequence feature holding the ids.
       labels: emit targets (and weights) with the inputs.
       label_key, weight_key: the batch features of the targets and per-row weights.
+      batch_size: weigh every example the same across batches of different sizes (above);
+        not for a ``CausalLM``, whose loss is averaged over its target cells, about
+        ``max_tokens`` in every bucketed batch, so tokens already weigh alike.
 
     Returns:
       A ``Dataset.apply`` transformation.
@@ -272,6 +289,7 @@ def inputs(model, *, key: str = "ids", labels: bool = True, label_key: str = "la
       ImportError: KerasHub is not installed.
       ValueError: the backbone takes an input this does not fill (named, with what it
         fills), or no ``padding_mask`` (its output would change with the padded length);
+        ``batch_size`` not a positive int, or given for a ``CausalLM``;
         (when applied) elements that are not padded or ragged batches with ``key`` (packed
         batches are refused: see the module docstring), or ``labels`` without ``label_key``.
 
@@ -293,6 +311,10 @@ def inputs(model, *, key: str = "ids", labels: bool = True, label_key: str = "la
                          "length: feed it KerasHub's preprocessor (one fixed sequence_length), "
                          "not variable-length batches")
     causal = isinstance(model, keras_hub.models.CausalLM)
+    check_positive_int("batch_size", batch_size, allow_none=True)
+    if causal and batch_size is not None:
+        raise ValueError(f"inputs(batch_size={batch_size}) is for one loss per example; a "
+                         f"{type(model).__name__} averages over its target tokens: leave it out")
     length_key = key + LENGTH_SUFFIX
 
     def to_model(batch):
@@ -324,9 +346,14 @@ def inputs(model, *, key: str = "ids", labels: bool = True, label_key: str = "la
             if weight_key in batch:
                 weight *= tf.cast(batch[weight_key], tf.float32)[:, None]
             return x, ids[:, 1:], weight
-        if weight_key in batch:
-            return x, batch[label_key], batch[weight_key]
-        return x, batch[label_key]
+        weight = batch[weight_key] if weight_key in batch else None
+        if batch_size is not None:
+            rows = tf.cast(tf.shape(ids)[0], tf.float32) / batch_size
+            weight = rows * (tf.ones_like(lengths, tf.float32) if weight is None
+                             else tf.cast(weight, tf.float32))
+        if weight is None:
+            return x, batch[label_key]
+        return x, batch[label_key], weight
 
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
         spec = dataset.element_spec
