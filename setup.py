@@ -47,7 +47,9 @@ setup(
         "tokenizers",  # Vocab.learn(tokenizer="wordpiece"): Hugging Face's Rust WordPiece trainer
     ],
     extras_require={
-        "test": ["pytest", "hypothesis", "pytest-xdist"],  # xdist: `make test` on every core
+        # xdist: `make test` on every core; keras-hub: tests/test_keras_hub.py
+        "test": ["pytest", "hypothesis", "pytest-xdist", "keras-hub"],
+        "keras-hub": ["keras-hub"],  # tfseq.keras_hub: KerasHub models fed by tfseq batches
         "profile": ["tensorboard-plugin-profile"],
         "plot": ["matplotlib"],
     },

@@ -65,9 +65,14 @@ from tfseq.layers.masked_softmax import masked_softmax
 def __getattr__(name):
     """``tfseq.training_pipeline``: the task layer's one call for ``model.fit``
     (``tfseq.pipelines.fit``), imported when first used so that no library module imports
-    the task layer."""
+    the task layer. ``tfseq.keras_hub``: KerasHub models fed by tfseq (needs the
+    ``keras-hub`` extra, imported on first use)."""
     if name == "training_pipeline":
         from tfseq.pipelines.fit import training_pipeline
 
         return training_pipeline
+    if name == "keras_hub":
+        import importlib
+
+        return importlib.import_module("tfseq.keras_hub")
     raise AttributeError(f"module 'tfseq' has no attribute {name!r}")
