@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A new user's first hour, replayed: the built wheel installed in an empty directory, the
 # README's commands on small hand-made files, and every command's output watched.
-# Fails on a traceback, a usage dump, an unexpected exit status, or a phase that prints
-# nothing for more than MAX_SILENT seconds (default 5).
+# Fails on a traceback, a usage dump, one of TensorFlow's own log lines (E0000 ..., I0000 ...),
+# an unexpected exit status, or a phase that prints nothing for more than MAX_SILENT seconds
+# (default 5).
 #
 #   bash tools/newcomer.sh              # from a checkout; needs python3 and the package index
 #
@@ -34,6 +35,12 @@ def line(label):
 for name, n in (("train1.tsv", 300), ("train2.tsv", 300), ("eval.tsv", 60)):
     with open(f"data/{name}", "w") as f:
         f.write("label\ttext\n" + "\n".join(line(rng.choice(sorted(topics))) for _ in range(n)) + "\n")
+import json
+with open("texts.jsonl", "w") as f:
+    for _ in range(300):
+        label = rng.choice(sorted(topics))
+        words = " ".join(rng.choice(topics[label].split()) for _ in range(6))
+        f.write(json.dumps({"label": label, "text": words, "meta": {"source": "web"}}) + "\n")
 with gzip.open("corpus.txt.gz", "wt") as f:
     for _ in range(600):
         f.write(" ".join(rng.choice(" ".join(topics.values()).split()) for _ in range(8)) + "\n")
@@ -58,7 +65,7 @@ run() {
   case " $* " in *" --help "*) help=yes ;; esac
   set +e
   "$@" 2>&1 | "$BIN/python" -c '
-import sys, time
+import re, sys, time
 start = last = time.monotonic(); worst = (0.0, "the start")
 for line in sys.stdin:
     now = time.monotonic()
@@ -69,6 +76,8 @@ for line in sys.stdin:
     usage = (line.startswith("Usage:") or line.startswith("USAGE:")) and sys.argv[2] == "no"
     if "Traceback" in line or usage:
         print("NEWCOMER: a traceback or a usage dump", flush=True); sys.exit(3)
+    if re.match(r"[IWEF][0-9]{4} [0-9:. ]+ ", line) or line.startswith("WARNING: All log messages"):
+        print("NEWCOMER: a TensorFlow log line reached the user", flush=True); sys.exit(5)
 print(f"  longest silence {worst[0]:.1f} s, before: {worst[1]}")
 if worst[0] > float(sys.argv[1]):
     print(f"NEWCOMER: silent for {worst[0]:.1f} s"); sys.exit(4)
@@ -97,8 +106,37 @@ run 0 "$BIN/tfseq-train" --task=translate --source_files=train.en --target_files
 run 0 "$BIN/tfseq-train" --task=tag --train_files=train.conll --format=conll \
   --columns=token,_,_,tag --model_dir=runs/tag --epochs=1
 run 2 "$BIN/tfseq-train" --task=tag --model_dir=runs/tsv
-run 0 "$BIN/tfseq-predict" --model_dir=runs/tsv --files=data/eval.tsv --output=preds.tsv
+run 0 "$BIN/tfseq-predict" --model_dir=runs/tsv --files=data/eval.tsv --output=out/preds.tsv
+run 2 "$BIN/tfseq-predict" --model_dir=runs/tsv --files=texts.jsonl --format=tsv --output=p.tsv
+run 0 "$BIN/tfseq-predict" --model_dir=runs/tag --files=train.conll --output=tags.txt
+run 0 "$BIN/tfseq-predict" --model_dir=runs/tsv --files=- --format=tsv --columns=label,text \
+  <<< $'sport\tball goal\nno tab here'
+
+run 0 "$BIN/tfseq-train" --task=classify --train_files='data/train*.tsv' \
+  --eval_files=data/eval.tsv --format=tsv --header --columns=label,text --model_dir=runs/tsv \
+  --epochs=2
+run 0 "$BIN/tfseq-train" --task=classify --train_files='texts.jsonl@0.5,data/train1.tsv@0.5' \
+  --columns=label,text --model_dir=runs/mix --epochs=1
 run 0 "$BIN/tfseq-export" --model_dir=runs/tsv
 run 2 "$BIN/tfseq-export" --model_dir=runs/nowhere
+run 2 "$BIN/tfseq-profile" --files=data/eval.tsv
+run 2 "$BIN/tfseq-profile" --files=texts.jsonl --format=jsonl --columns=label,text
+run 0 "$BIN/tfseq-profile" --train_files=texts.jsonl --columns=label,text --repeats=1
+run 0 "$BIN/tfseq-profile" --task=tag --train_files=train.conll --format=conll \
+  --columns=token,_,_,tag --repeats=1
+run 2 "$BIN/tfseq-data-service" --role=dispatcher
+run 0 "$BIN/python" -W error::UserWarning - <<'PY'
+import keras, tfseq
+vocab = tfseq.Vocab.build(tfseq.formats.text_column("data/train1.tsv", columns=["label", "text"], header=True))
+ds = tfseq.training_pipeline("data/train1.tsv", vocab, columns=("label", "text"), header=True,
+                             labels=["food", "sport", "tech"], batching="bucket", max_tokens=256)
+ids = keras.Input((None,), dtype="int32", name="ids")
+lengths = keras.Input((), dtype="int32", name="ids_length")
+x = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(len(vocab), 8)(ids))
+model = keras.Model({"ids": ids, "ids_length": lengths}, keras.layers.Dense(3)(x))
+model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(ds, epochs=2, verbose=0)
+print("model.fit on training_pipeline: 2 epochs, no warning")
+PY
 if [ "$FAILED" != 0 ]; then echo "NEWCOMER: $FAILED problem(s) above"; exit 1; fi
 echo "NEWCOMER: all commands behaved"
