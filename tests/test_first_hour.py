@@ -221,3 +221,13 @@ def test_the_data_service_refuses_in_the_commands_one_line(data):
     out = cli.run("data-service", "--role=dispatcher", cwd=data)
     assert cli.error_line(out).startswith(
         "tfseq-data-service: error: refusing to start without --trusted_network: ")
+
+
+def test_importing_tfseq_prints_nothing(data):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "import tfseq; print(tfseq.__version__)"],
+                         capture_output=True, text=True, env=cli.environment(), cwd=data,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() and out.stderr == "", out.stderr

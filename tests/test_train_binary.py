@@ -191,9 +191,11 @@ def test_jit_compile_with_replicas_fails_naming_it(tmp_path, tiny_corpus):
 
 
 def test_replicas_on_a_task_without_support_fail_clearly(tmp_path):
-    out = train("--task=lm", "--tbptt=8", "--num_replicas=2", f"--model_dir={tmp_path / 'x'}")
-    assert "--num_replicas is not supported by --task=lm --tbptt" in error_line(out)
-    assert not (tmp_path / "x").exists()
+    for task in (["--task=lm", "--tbptt=8"], ["--task=lm_tbptt"]):  # the same task
+        out = train(*task, "--num_replicas=2", f"--model_dir={tmp_path / 'x'}")
+        assert error_line(out) == ("tfseq-train: error: --num_replicas is not supported by "
+                                   "--task=lm_tbptt (it trains in: single); drop --num_replicas")
+        assert not (tmp_path / "x").exists()
     out = train("--task=documents", "--data_service=localhost:1",
                 f"--model_dir={tmp_path / 'y'}")
     assert error_line(out).endswith("--data_service is not supported by --task=documents (it "
