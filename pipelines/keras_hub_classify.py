@@ -123,7 +123,10 @@ class HubModel:
     def __init__(self, path: str):
         self.path = path
         self._tokenizer = None
-        self.keras_hub = keras_hub_module()
+        try:
+            self.keras_hub = keras_hub_module()
+        except ImportError as e:
+            raise InputError(f"--keras_hub: {e}") from None
         if os.path.isdir(path):
             self._read_preset(path)
         else:

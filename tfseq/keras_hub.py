@@ -43,6 +43,11 @@ Example (the whole of it runs in ``docs/keras_hub.md``)::
              .apply(tfseq.keras_hub.inputs(classifier, batch_size=32)))
     classifier.fit(train, epochs=3)
 
+The same pieces serve ``tfseq-train --task=classify --keras_hub=PATH``
+(``pipelines/keras_hub_classify.py``): ``token_ids`` (the tokenization of ``tokenize``) encodes
+its examples, ``backbone_inputs`` (the mapping of ``inputs``) feeds its model, and ``Encoder``
+puts the tokenizer in its export.
+
 ``import tfseq`` does not import KerasHub; this module imports it on first use and, when it
 is missing, raises ``ImportError`` saying how to install it (``pip install tfseq[keras-hub]``).
 """
