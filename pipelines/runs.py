@@ -159,7 +159,7 @@ def open_run(model_dir: str, task, config, *, model_config, replicas: int = 1,
     changes = compare(saved, new, _jsonable(dataclasses.asdict(type(config)())))
     if changes:
         raise ChangedRun(model_dir, changes)
-    state = TaskState.load(model_dir, list(task.vocab_columns), list(task.label_columns))
+    state = task.saved_state(model_dir, config)
     setup = task.records(config).spill(shards, new["input"], write=write)
     return Run(state, shards, setup, new, resumed=True, records=task.records(config))
 

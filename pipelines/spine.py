@@ -449,14 +449,17 @@ def label_table(names) -> tf.lookup.StaticHashTable:
 
 
 def limit_lengths(config, counter: DropCounter, examples: dict, limits: dict[str, int], *,
-                  min_length: dict[str, int] | None = None) -> dict:
+                  min_length: dict[str, int] | None = None,
+                  over: tf.Tensor | None = None) -> dict:
     """``config.long_examples`` on ragged examples: ``"truncate"`` cuts each feature of
     ``limits`` to its limit (counted under seen ``truncated``, once per example), ``"drop"``
     drops examples over a limit (``too_long``); examples under ``min_length`` are dropped
-    (``too_short``)."""
-    over = tf.zeros([examples[next(iter(limits))].nrows()], tf.bool)
-    for key, limit in limits.items():
-        over |= examples[key].row_lengths() > limit
+    (``too_short``). ``over`` (bool ``[m]``): the examples that were over a limit before an
+    encoding cut them to it in its own way (a KerasHub tokenizer keeps its end token)."""
+    if over is None:
+        over = tf.zeros([examples[next(iter(limits))].nrows()], tf.bool)
+        for key, limit in limits.items():
+            over |= examples[key].row_lengths() > limit
     checks = {}
     notes = []
     if config.long_examples == "truncate":

@@ -22,7 +22,8 @@ import importlib
 from tfseq.pipelines.records import NO_RECORDS, Records
 
 MODULES = {"classify": "classify", "lm": "lm", "translate": "translate", "tag": "tag",
-           "documents": "documents", "ctr": "ctr", "lm_tbptt": "lm_tbptt"}
+           "documents": "documents", "ctr": "ctr", "lm_tbptt": "lm_tbptt",
+           "keras_hub_classify": "keras_hub_classify"}
 TASKS = sorted(MODULES)
 
 
@@ -32,6 +33,9 @@ class Task:
     sample lines). ``spine.TextTask`` and ``replayed.ReplayedTask`` build on it."""
 
     model_module: str
+    # Fields of its Config that the task does not read, with why: the flags that set them are
+    # refused in one line ("--tokenizer does not apply with --keras_hub: ...").
+    refused: dict[str, str] = {}
 
     def model_config(self, **overrides):
         module = importlib.import_module(self.model_module)

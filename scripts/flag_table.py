@@ -42,6 +42,12 @@ def _positive_ints(name: str, example: str):
 FLAGS_TABLE: dict[str, Flag] = {
     # ----- the task and the input
     "task": Flag("enum", "Which task.", "classify", tuple(tasks.TASKS)),
+    "keras_hub": Flag("string", "classify: train a KerasHub text classifier from local disk "
+                      "instead of tfseq's model: a preset directory (what save_to_preset "
+                      "writes: config.json, tokenizer.json, weights) or a backbone config "
+                      ".json with its vocabulary (docs/keras_hub.md). Its tokenizer replaces "
+                      "--tokenizer/--vocab; nothing is downloaded (the same as "
+                      "--task=keras_hub_classify).", field="keras_hub"),
     "files": Flag("list", "Files in the embedded corpus' layout (book, chapter, verse, text; "
                   "default: the embedded corpus).", [], field="files"),
     "train_files": Flag("list", "Your training files: comma-separated globs, .gz allowed. "
@@ -139,7 +145,10 @@ CONFIG_FLAGS = {name: flag.field for name, flag in FLAGS_TABLE.items() if flag.f
 FLAG_OF_FIELD = {field: name for name, field in CONFIG_FLAGS.items()}
 FLAG_OF_FIELD["train_weights"] = "train_files weights"
 PATH_FLAGS = ("files", "train_files", "eval_files", "source_files", "target_files", "vocab",
-              "model_dir")
+              "keras_hub", "model_dir")
+# A flag that makes a task another one: --task=lm --tbptt=N is lm_tbptt, --task=classify
+# --keras_hub=PATH is keras_hub_classify.
+DERIVED_TASKS = {("lm", "tbptt"): "lm_tbptt", ("classify", "keras_hub"): "keras_hub_classify"}
 
 
 def define(names, *, defaults: dict | None = None, helps: dict | None = None,
@@ -171,20 +180,22 @@ def define(names, *, defaults: dict | None = None, helps: dict | None = None,
 
 
 def task_name(flag_values) -> str:
-    """The ``--task``; ``--task=lm --tbptt=N`` is ``lm_tbptt`` (the same task as
-    ``--task=lm_tbptt --tbptt=N``)."""
-    if flag_values.task == "lm" and "tbptt" in flag_values and flag_values["tbptt"].present:
-        return "lm_tbptt"
+    """The ``--task``, or the task a flag makes of it (``DERIVED_TASKS``): ``--task=lm
+    --tbptt=N`` is ``lm_tbptt`` (the same task as ``--task=lm_tbptt --tbptt=N``)."""
+    for (task, flag), derived in DERIVED_TASKS.items():
+        if flag_values.task == task and flag in flag_values and flag_values[flag].present:
+            return derived
     return flag_values.task
 
 
 def absolute(value):
-    """A path (or a tuple or list of paths or globs) made absolute; ``None`` stays."""
+    """A path (or a tuple or list of paths or globs) made absolute; ``None`` and URLs
+    (``gs://...``, ``kaggle://...``) stay."""
     if value is None:
         return None
     if isinstance(value, (list, tuple)):
-        return type(value)(os.path.abspath(v) for v in value)
-    return os.path.abspath(value)
+        return type(value)(absolute(v) for v in value)
+    return value if "://" in value else os.path.abspath(value)
 
 
 def given(flag_values, name: str) -> bool:
@@ -207,9 +218,11 @@ def build_config(task, flag_values):
     for flag_name, field in CONFIG_FLAGS.items():
         if not given(flag_values, flag_name):
             continue
+        if field in task.refused:
+            raise app.UsageError(f"--{flag_name} {task.refused[field]}")
         if field not in fields:
             raise app.UsageError(f"--{flag_name} is not used by --task={task.name} "
-                                 f"(its options: {sorted(fields)})")
+                                 f"(its options: {sorted(fields - set(task.refused))})")
         value = flag_values[flag_name].value
         kind = FLAGS_TABLE[flag_name].kind
         if kind == "list":

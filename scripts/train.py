@@ -10,6 +10,8 @@ Your own data (in a checkout, ``python tools/make_user_data.py`` writes examples
   tfseq-train --task=classify --train_files=d.csv --columns=text,label \
       --tokenizer=wordpiece --vocab_size=8000
   tfseq-train --task=lm --train_files=corpus.txt.gz --tokenizer=sentencepiece --vocab_size=8000
+  tfseq-train --task=classify --train_files=d.tsv --columns=label,text \
+      --keras_hub=bert_preset_dir              # a KerasHub model (docs/keras_hub.md)
   tfseq-train --task=translate --source_files=train.en --target_files=train.de
   tfseq-train --task=tag --train_files=train.conll --format=conll --columns=token,_,_,tag
 

@@ -3,6 +3,7 @@ from its checkpoint trains on exactly the batches of the stream's epoch, in the 
 with a data state of a few integers in the checkpoint."""
 
 import hashlib
+import json
 
 import keras
 import numpy as np
@@ -34,6 +35,17 @@ def config_of(name, tmp_path):
     if name == "classify":
         path = write(tmp_path / "c.tsv", [f"L{i % 3}\t{words(i, 6)}" for i in range(36)])
         return task.Config(train_files=(path,), columns=("label", "text"), **text)
+    if name == "keras_hub_classify":  # a tiny BERT from a config, vocabulary w0 .. w22
+        pytest.importorskip("keras_hub", reason="KerasHub is not installed")
+        path = write(tmp_path / "c.tsv", [f"L{i % 3}\t{words(i, 6)}" for i in range(36)])
+        vocab = write(tmp_path / "vocab.txt", ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                      + [f"w{i}" for i in range(23)])
+        (tmp_path / "bert.json").write_text(json.dumps({
+            "class_name": "BertBackbone", "vocabulary": vocab, "config": {
+                "vocabulary_size": 28, "num_layers": 1, "num_heads": 2, "hidden_dim": 8,
+                "intermediate_dim": 16, "max_sequence_length": 10}}))
+        return task.Config(train_files=(path,), columns=("label", "text"),
+                           keras_hub=str(tmp_path / "bert.json"), **text)
     if name == "lm":
         return task.Config(train_files=(write(tmp_path / "c.txt", [words(i, 6) for i in
                                                                     range(36)]),), **text)

@@ -242,7 +242,8 @@ def test_every_task_answers_the_one_interface_the_runner_calls():
         "translate": (("single", "replicated", "multi_worker", "data_service"), False),
         "documents": (("single", "replicated"), True),
         "ctr": (("single", "replicated"), True),
-        "lm_tbptt": (("single",), True)}
+        "lm_tbptt": (("single",), True),
+        "keras_hub_classify": (("single", "replicated"), False)}
 
 
 def test_a_replayed_task_opens_a_run_and_refuses_a_changed_resume(tmp_path):

@@ -13,8 +13,8 @@ from tfseq.pipelines.state import TaskState
 
 
 def test_the_registry_gives_the_task_objects():
-    assert tasks.TASKS == ["classify", "ctr", "documents", "lm", "lm_tbptt", "tag",
-                           "translate"]
+    assert tasks.TASKS == ["classify", "ctr", "documents", "keras_hub_classify", "lm",
+                           "lm_tbptt", "tag", "translate"]
     assert tasks.load("classify") is classify.TASK and tasks.load("tag") is tag.TASK
     assert tasks.load("documents") is documents.TASK
     assert tasks.load("documents").Config.__module__ == "tfseq.pipelines.documents"

@@ -88,13 +88,16 @@ class Mode:
     """One batching mode. Attributes: ``name``; ``description`` (one line, for ``--help``);
     ``budget``: the ``Batching`` field that is a batch's budget (``batch_size`` rows or
     ``max_tokens`` cells), what a resume keeps per replica; ``flags``: the ``MODE_FLAGS``
-    that apply to it; ``predicts``: inference can batch this way (one output per input)."""
+    that apply to it; ``predicts``: inference can batch this way (one output per input);
+    ``packs``: a row holds several examples, which a model keeps apart by their segment ids
+    (a model that takes a padding mask only cannot train on it)."""
 
     name = ""
     description = ""
     budget = "max_tokens"
     flags: tuple[str, ...] = ()
     predicts = True
+    packs = False
 
     def check(self, b: "Batching", longest: int, pack_split: bool) -> "Batching":
         """``b`` for a task whose examples have at most ``longest`` tokens; raises
@@ -172,7 +175,7 @@ class Bucket(Mode):
 
 
 class Pack(Mode):
-    name, flags, predicts = "pack", ("max_tokens", "block_length"), False
+    name, flags, predicts, packs = "pack", ("max_tokens", "block_length"), False, True
     description = "rows of block_length tokens holding several examples, max_tokens a batch"
 
     def check(self, b, longest, pack_split):

@@ -43,6 +43,11 @@ Example (the whole of it runs in ``docs/keras_hub.md``)::
              .apply(tfseq.keras_hub.inputs(classifier, batch_size=32)))
     classifier.fit(train, epochs=3)
 
+The same pieces serve ``tfseq-train --task=classify --keras_hub=PATH``
+(``pipelines/keras_hub_classify.py``): ``token_ids`` (the tokenization of ``tokenize``) encodes
+its examples, ``backbone_inputs`` (the mapping of ``inputs``) feeds its model, and ``Encoder``
+puts the tokenizer in its export.
+
 ``import tfseq`` does not import KerasHub; this module imports it on first use and, when it
 is missing, raises ``ImportError`` saying how to install it (``pip install tfseq[keras-hub]``).
 """
@@ -61,7 +66,7 @@ FILLED = ("token_ids", "padding_mask", "segment_ids", "position_ids")
 _SEGMENT_SUFFIX = "_segment_ids"
 
 
-def _keras_hub():
+def keras_hub_module():
     """The ``keras_hub`` module, or ``ImportError`` naming the extra that installs it."""
     try:
         import keras_hub
@@ -88,7 +93,7 @@ def special_ids(tokenizer, start_end: bool = True) -> tuple[int | None, int | No
         one.
       ValueError: the tokenizer pads to a fixed ``sequence_length`` (build it without).
     """
-    keras_hub = _keras_hub()
+    keras_hub = keras_hub_module()
     add_start = add_end = bool(start_end)
     if isinstance(tokenizer, keras_hub.models.Preprocessor):
         preprocessor, tokenizer = tokenizer, tokenizer.tokenizer
@@ -167,25 +172,14 @@ def tokenize(tokenizer, *, start_end: bool = True, sequence_length: int | None =
 
     def to_ids(lines: tf.Tensor) -> tuple[tf.RaggedTensor, tf.Tensor]:
         """tf.string [B] -> (int32 RaggedTensor [B, (T)] with start/end, bool keep [B])."""
-        ids = tok(lines)
-        if not isinstance(ids, tf.RaggedTensor):  # a tokenizer that pads: no known lengths
-            raise ValueError(f"{type(tok).__name__} returned a dense {ids.shape} batch; "
-                             "build it without sequence_length")
-        ids = tf.cast(ids, tf.int32)
+        ids, truncated = token_ids(tok, lines, start=start, end=end,
+                                   sequence_length=sequence_length)
         keep = counter.keep_if({"empty": tf.equal(ids.row_lengths(), 0)})
-        if sequence_length is not None:
-            room = sequence_length - specials
-            cut = ids.row_lengths() > room
-            with tf.control_dependencies([counter.note("truncated", tf.reduce_sum(
-                    tf.cast(cut & keep, tf.int64)))]):
-                ids = ids[:, :room]
-        rows = tf.shape(lines)[0]
-        parts = [tf.RaggedTensor.from_tensor(tf.fill([rows, 1], value))
-                 for value in (start,) if value is not None]
-        parts.append(ids)
-        parts += [tf.RaggedTensor.from_tensor(tf.fill([rows, 1], value))
-                  for value in (end,) if value is not None]
-        return (tf.concat(parts, axis=1) if len(parts) > 1 else ids), keep
+        if sequence_length is None:
+            return ids, keep
+        with tf.control_dependencies([counter.note("truncated", tf.reduce_sum(
+                tf.cast(truncated & keep, tf.int64)))]):
+            return tf.identity(ids), keep
 
     def map_batch(batch):
         batch = dict(batch)
@@ -218,6 +212,70 @@ def tokenize(tokenizer, *, start_end: bool = True, sequence_length: int | None =
     return apply
 
 
+def token_ids(tokenizer, lines: tf.Tensor, *, start: int | None = None,
+              end: int | None = None, sequence_length: int | None = None
+              ) -> tuple[tf.RaggedTensor, tf.Tensor]:
+    """``tf.string [B]`` lines -> ``(ids int32 RaggedTensor [B, (T)], truncated bool [B])``.
+
+    The ids of ``tokenizer`` (a KerasHub ``Tokenizer``) between ``start`` and ``end`` (ids,
+    ``None``: none; ``special_ids`` gives a model's), cut to ``sequence_length`` ids in all
+    as KerasHub's packers cut (the text's last ids go, the end token stays; ``truncated``
+    says which rows were cut). A line with no token stays an empty row, without start or
+    end. The one tokenization of ``tokenize``, of a task's examples and of its export.
+
+    Example:
+      >>> ids, cut = token_ids(tokenizer, tf.constant(["The fox.", ""]), start=2, end=3)
+      >>> ids.to_list(), cut.numpy().tolist()
+      ([[2, 5, 6, 7, 3], []], [False, False])
+    """
+    specials = (start is not None) + (end is not None)
+    ids = tokenizer(lines)
+    if not isinstance(ids, tf.RaggedTensor):  # a tokenizer that pads: no known lengths
+        raise ValueError(f"{type(tokenizer).__name__} returned a dense {ids.shape} batch; "
+                         "build it without sequence_length")
+    ids = tf.cast(ids, tf.int32)
+    truncated = tf.zeros([tf.shape(lines)[0]], tf.bool)
+    if sequence_length is not None:
+        room = sequence_length - specials
+        truncated = ids.row_lengths() > room
+        ids = ids[:, :room]
+    has_tokens = ids.row_lengths() > 0
+    rows = tf.shape(lines)[0]
+    parts = [tf.RaggedTensor.from_tensor(tf.fill([rows, 1], value))
+             for value in (start,) if value is not None]
+    parts.append(ids)
+    parts += [tf.RaggedTensor.from_tensor(tf.fill([rows, 1], value))
+              for value in (end,) if value is not None]
+    if len(parts) == 1:
+        return ids, truncated
+    ids = tf.concat(parts, axis=1)
+    keep = tf.repeat(has_tokens, ids.row_lengths())
+    return tf.ragged.boolean_mask(ids, ids.with_flat_values(keep)), truncated
+
+
+class Encoder(tf.Module):
+    """In-graph ``tf.string [B]`` -> ids with a KerasHub tokenizer, for an export: the same
+    ids as ``tokenize`` (``token_ids``), from TensorFlow and tensorflow-text ops only, so the
+    SavedModel loads without KerasHub.
+
+    Args:
+      tokenizer: a KerasHub ``Tokenizer`` or a ``Preprocessor`` holding one (``special_ids``).
+      sequence_length: ids kept per line, start/end included (``None``: all).
+
+    Call: ``text`` tf.string [B] -> ``(ids int32 RaggedTensor [B, (T)], truncated bool
+    [B])``, as ``tfseq.serving.TextEncoder``.
+    """
+
+    def __init__(self, tokenizer, *, sequence_length: int | None = None):
+        super().__init__()
+        self.start, self.end, self.tokenizer = special_ids(tokenizer)
+        self.sequence_length = sequence_length
+
+    def __call__(self, text: tf.Tensor):
+        return token_ids(self.tokenizer, text, start=self.start, end=self.end,
+                         sequence_length=self.sequence_length)
+
+
 # ----------------------------------------------------------------------------- inputs
 
 def input_specs(model) -> dict:
@@ -236,6 +294,20 @@ def input_specs(model) -> dict:
         raise ValueError(f"{type(model).__name__} has no dict of named inputs (a KerasHub "
                          f"Backbone or Task has); received inputs {structure!r}")
     return {name: str(tensor.dtype) for name, tensor in structure.items()}
+
+
+def backbone_inputs(dtypes: dict, ids: tf.Tensor, lengths: tf.Tensor) -> dict:
+    """The inputs a KerasHub backbone declares (``dtypes``: ``input_specs``), each filled from
+    ``ids`` int32 [B, T] (0-padded) and ``lengths`` [B] in its dtype: ``token_ids`` the
+    ids, ``padding_mask`` true on each row's ``lengths`` first cells, ``segment_ids`` 0 (one
+    text), ``position_ids`` 0 .. T-1. The one mapping of ``inputs`` and of a model that
+    takes tfseq's padded batches (``tfseq.models.keras_hub_classifier``)."""
+    mask = tf.sequence_mask(lengths, tf.shape(ids)[1])
+    values = {"token_ids": lambda: ids, "padding_mask": lambda: mask,
+              "segment_ids": lambda: tf.zeros_like(ids),
+              "position_ids": lambda: tf.broadcast_to(tf.range(tf.shape(ids)[1]),
+                                                      tf.shape(ids))}
+    return {name: tf.cast(values[name](), dtype) for name, dtype in dtypes.items()}
 
 
 def inputs(model, *, key: str = "ids", labels: bool = True, label_key: str = "label",
@@ -297,7 +369,7 @@ def inputs(model, *, key: str = "ids", labels: bool = True, label_key: str = "la
       >>> ds = ds.apply(tfseq.bucket_by_length(max_tokens=4096, seed=0))
       >>> classifier.fit(ds.apply(tfseq.keras_hub.inputs(classifier)), epochs=3)
     """
-    keras_hub = _keras_hub()
+    keras_hub = keras_hub_module()
     dtypes = input_specs(model)
     backbone = getattr(model, "backbone", None)
     name = type(model if backbone is None else backbone).__name__
@@ -323,22 +395,14 @@ def inputs(model, *, key: str = "ids", labels: bool = True, label_key: str = "la
             lengths, ids = ids.row_lengths(), ids.to_tensor(0)
         else:
             lengths = batch[length_key]
-        mask = tf.sequence_mask(lengths, tf.shape(ids)[1])
         if causal:
-            mask_in, ids_in = mask[:, :-1], ids[:, :-1]
+            mask = tf.sequence_mask(lengths, tf.shape(ids)[1])
+            # inputs ids[:, :-1], their cells real where the row's are (mask[:, :-1])
+            x = backbone_inputs(dtypes, ids[:, :-1],
+                                tf.minimum(lengths, tf.cast(tf.shape(ids)[1] - 1,
+                                                            lengths.dtype)))
         else:
-            mask_in, ids_in = mask, ids
-        x = {}
-        for input_name, dtype in dtypes.items():
-            if input_name == "token_ids":
-                value = ids_in
-            elif input_name == "padding_mask":
-                value = mask_in
-            elif input_name == "segment_ids":
-                value = tf.zeros_like(ids_in)
-            else:  # position_ids
-                value = tf.broadcast_to(tf.range(tf.shape(ids_in)[1]), tf.shape(ids_in))
-            x[input_name] = tf.cast(value, dtype)
+            x = backbone_inputs(dtypes, ids, lengths)
         if not labels:
             return x
         if causal:
