@@ -1,4 +1,4 @@
-"""tfseq.jsonl.decode_fields: top-level string fields of JSON Lines, decoded in graph."""
+"""tfseq.formats.jsonl.decode_fields: top-level string fields of JSON Lines, decoded in graph."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import random
 import pytest
 import tensorflow as tf
 
-from tfseq import jsonl
-from tfseq.jsonl import decode_fields
+from tfseq.formats import jsonl
+from tfseq.formats.jsonl import decode_fields
 
 KEYS = ("label", "text")
 

@@ -1,8 +1,10 @@
 """--format=tfrecord (tf.train.Example) and --format=jsonl: reading, parsing, counted drops."""
 
+import glob
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -328,3 +330,39 @@ def test_a_new_format_is_one_class(tmp_path, monkeypatch):
     assert rows == [{"label": [b"pos", b"neg"], "text": [b"good film", b"dull"]}]
     assert counter.drops()["malformed"] == 1
     assert formats.drop_examples([str(path)], fmt) == [f"{path}:2: malformed"]
+
+
+# ----------------------------------------------------------------------------- one home
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NAMED = r"""["'](?:tsv|csv|conll|jsonl|tfrecord|parquet)["']"""
+_AMBIGUOUS = r"""["'](?:text|pair)["']"""  # also column names: flagged beside "format"/"fmt"
+
+
+def _branch(name: str) -> str:
+    return rf"(?:==|!=)\s*{name}|{name}\s*(?:==|!=)|\bin\s*[(\[{{][^)\]}}\n]*{name}"
+
+
+def branches_on_a_format(line: str) -> bool:
+    """Whether a line of code compares a format's name, or asks ``binary``."""
+    return bool(re.search(r"\.binary\b", line) or re.search(_branch(_NAMED), line)
+                or (re.search(r"format|fmt", line) and re.search(_branch(_AMBIGUOUS), line)))
+
+
+def test_only_tfseq_formats_branches_on_a_format_name():
+    """What a format implies is asked of its class (``formats.format_of``), never decided by
+    comparing its name outside ``tfseq/formats/``."""
+    assert branches_on_a_format('    if fmt.format == "tfrecord":')
+    assert branches_on_a_format("    if kind in ('csv', 'jsonl', 'tfrecord'):")
+    assert branches_on_a_format('    field = "text" if row_format.format == "text" else x')
+    assert branches_on_a_format("    must_check = formats.format_of(f).binary")
+    assert not branches_on_a_format('    if name == "text":')
+    found = []
+    for top in ("tfseq", "pipelines", "scripts"):
+        for path in sorted(glob.glob(os.path.join(ROOT, top, "**", "*.py"), recursive=True)):
+            if os.sep + os.path.join("tfseq", "formats") + os.sep in path:
+                continue
+            with open(path, encoding="utf-8") as f:
+                found += [f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}"
+                          for n, line in enumerate(f, 1) if branches_on_a_format(line)]
+    assert found == []
