@@ -47,7 +47,9 @@ setup(
         "tokenizers",  # Vocab.learn(tokenizer="wordpiece"): Hugging Face's Rust WordPiece trainer
     ],
     extras_require={
-        "test": ["pytest", "hypothesis", "pytest-xdist"],  # xdist: `make test` on every core
+        # xdist: `make test` on every core; pyarrow: the --format=parquet tests
+        "test": ["pytest", "hypothesis", "pytest-xdist", "pyarrow"],
+        "parquet": ["pyarrow"],  # --format=parquet
         "profile": ["tensorboard-plugin-profile"],
         "plot": ["matplotlib"],
     },

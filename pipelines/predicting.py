@@ -85,14 +85,19 @@ def input_format(info: dict, files, fmt: str | None, columns,
     trained = info.get("columns") if same_format else None
     columns = tuple(columns or trained or (
         [field] if kind.named_fields else ["book", "chapter", "verse", field]))
-    if field not in columns:
+    names, _ = formats.split_columns(columns)
+    if field not in names:
         what = f"{fmt} field" if kind.named_fields else "column"
         raise ValueError(f"--columns={','.join(columns)} has no {field!r} field; name the "
                          f"input {what} {field!r}" + ("" if kind.named_fields else
                                                       " (and `_` for the others)"))
-    if kind.named_fields:  # fields by name: only the input is read
-        return formats.RowFormat(fmt, (field,), False)
-    return formats.RowFormat(fmt, tuple(c if c == field else "_" for c in columns), header)
+    # Only the input is read (``FIELD=KEY`` as given): the other columns are skipped, or left
+    # out where fields are read by name.
+    entries = [c if n == field else "_" for c, n in zip(columns, names)]
+    if kind.named_fields:
+        entries, header = [c for c in entries if c != "_"], False
+    return formats.row_format([str(f) for f in files], fmt, entries, header,
+                              required=(field,), allowed=(field,))
 
 
 def input_field(info: dict, fmt: str) -> str:

@@ -47,7 +47,8 @@ flags.DEFINE_list("files", None, "Input files or globs (.gz allowed); - reads st
 flag_table.define(
     ["format", "columns", "header", "batching", "max_tokens"],
     defaults={"batching": "bucket", "max_tokens": 8192},
-    helps={"columns": "Field names in order (JSON keys, TFRecord features: by name); the input "
+    helps={"columns": "Field names in order (JSON keys, TFRecord features, Parquet columns: by "
+                      "name; FIELD=KEY reads the file's KEY as FIELD); the input "
                       "field is the one the model was trained on (`text`; translate `source`; "
                       "tag `tokens`, or `token` in CoNLL), `_` skips (default: the training "
                       "run's, else the embedded corpus layout book,chapter,verse,text).",

@@ -43,16 +43,55 @@ class RowFormat:
       header: skip the first line of every file.
       int_columns: ``tfrecord``: the columns stored as ``int64_list`` features (read as
         their decimal strings); the others are ``bytes_list``.
+      keys: formats with named fields: the name in the file of each of ``names`` (a JSON key,
+        dotted for a nested one; a feature; a Parquet column), where one differs from its
+        column's name (``--columns=text=body``); ``()``: the names themselves.
     """
 
     format: str = "tsv"
     columns: tuple[str, ...] = ("label", "text")
     header: bool = False
     int_columns: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(c for c in self.columns if c != "_")
+
+    @property
+    def file_keys(self) -> tuple[str, ...]:
+        """The name in the file of each of ``names``."""
+        return self.keys or self.names
+
+    def key_of(self, name: str) -> str:
+        """The name in the file of column ``name``."""
+        return self.file_keys[self.names.index(name)]
+
+
+def split_columns(columns: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``--columns`` entries -> (column names, the name in the file of each): ``label`` reads
+    the field ``label``, ``label=category`` the field ``category`` into the column ``label``;
+    ``_`` skips a field (its key is ``_``).
+
+    Raises:
+      InputError: an entry with an empty side, or ``_=KEY``.
+    """
+    names, keys = [], []
+    for entry in columns:
+        name, _, key = (part.strip() for part in entry.partition("="))
+        if "=" in entry and (not name or not key or name == "_"):
+            raise InputError(f"--columns entry {entry.strip()!r}: write FIELD=KEY, FIELD the "
+                             "task's column name and KEY the name in the file (e.g. "
+                             "text=body)")
+        names.append(name)
+        keys.append(key or name)
+    return tuple(names), tuple(keys)
+
+
+def mapped_keys(names: Sequence[str], keys: Sequence[str]) -> tuple[str, ...]:
+    """``RowFormat.keys`` for ``split_columns``' names and keys (``()`` when none differs)."""
+    pairs = [(n, k) for n, k in zip(names, keys) if n != "_"]
+    return tuple(k for _, k in pairs) if any(n != k for n, k in pairs) else ()
 
 
 class Format:
@@ -70,6 +109,8 @@ class Format:
       token_lines: a record is a sentence of token lines (CoNLL): each column holds the
         space-joined values of the sentence's tokens.
       only_column: the one column a record holds (``text``), when the format has no columns.
+      maps_keys: ``--columns`` may read a field of another name (``FIELD=KEY``) without a
+        header line (formats with named fields).
       must_check: reading the files checks something that must hold before training (two
         files line-aligned, TFRecord features of one kind): a run reads them once before its
         first step, and ``diagnose`` names the record when that read fails.
@@ -84,6 +125,7 @@ class Format:
     named_fields = False
     token_lines = False
     only_column: str | None = None
+    maps_keys = False
     must_check = False
     record_noun: str | None = None
 
@@ -95,9 +137,13 @@ class Format:
         """The ``--columns`` to use (default: the task's required ones)."""
         return tuple(c.strip() for c in (columns or required))
 
-    def row_format(self, files, columns, header) -> RowFormat:
-        """The ``RowFormat`` once the columns are checked (a format may look at the files)."""
-        return RowFormat(self.name, columns, bool(header))
+    def row_format(self, files, columns, keys, header) -> RowFormat:
+        """The ``RowFormat`` once the columns are checked (a format may look at the files):
+        ``columns`` the names (``"_"`` included), ``keys`` the name in the file of each."""
+        if mapped_keys(columns, keys):
+            raise InputError(f"--columns={_entries(columns, keys)}: --format={self.name} has no "
+                             "field names for FIELD=KEY to read; name its fields in order")
+        return RowFormat(self.name, tuple(columns), bool(header))
 
     def read(self, files, fmt: RowFormat, *, batch_size: int, num_shards: int,
              shard_index: int, in_order: bool) -> tf.data.Dataset:
@@ -128,13 +174,20 @@ class Format:
         """``tf.string [n]``: what ``in_eval_split`` hashes (the record itself)."""
         return records
 
+    def malformed_detail(self, record: bytes, fmt: RowFormat) -> str | None:
+        """What is wrong with a ``malformed`` record (``missing key 'text'``, ``3 fields,
+        expected 2``), for ``drop_examples``; ``None`` when there is nothing to add. Python,
+        run on the few records named."""
+        return None
+
     def where(self, path: str, number: int) -> str:
         """How record ``number`` (from 1) of ``path`` is named in messages."""
         return f"{path}: {self.record_noun} {number}" if self.record_noun else f"{path}:{number}"
 
     def drop_examples(self, files, fmt: RowFormat, limit: int) -> list[str]:
-        """The first ``limit`` dropped records as ``"<where>: <reason>"``: each file's records
-        parsed and checked in the graph, in batches, until enough are found."""
+        """The first ``limit`` dropped records as ``"<where>: <reason>"`` (``malformed`` with
+        ``malformed_detail`` after it, in parentheses): each file's records parsed and checked
+        in the graph, in batches, until enough are found."""
         found: list[str] = []
         for path in files:
             ds = tf.data.Dataset.zip(tf.data.Dataset.range(1, 1 << 62),
@@ -147,13 +200,18 @@ class Format:
                 for name in reversed(list(checks)):
                     reason = tf.where(checks[name], name, reason)
                 keep = tf.not_equal(reason, "")
-                return tf.boolean_mask(numbers, keep), tf.boolean_mask(reason, keep)
+                return (tf.boolean_mask(numbers, keep), tf.boolean_mask(reason, keep),
+                        tf.boolean_mask(records, keep))
 
-            for numbers, reasons in ds.map(bad).as_numpy_iterator():
-                for number, reason in zip(numbers.tolist(), reasons.tolist()):
+            for numbers, reasons, records in ds.map(bad).as_numpy_iterator():
+                for number, reason, record in zip(numbers.tolist(), reasons.tolist(),
+                                                  records.tolist()):
                     if fmt.header and number == 1:
                         continue
-                    found.append(f"{self.where(path, number)}: {reason.decode()}")
+                    reason = reason.decode()
+                    detail = self.malformed_detail(record, fmt) if reason == "malformed" else None
+                    found.append(f"{self.where(path, number)}: {reason}"
+                                 + (f" ({detail})" if detail else ""))
                     if len(found) >= limit:
                         return found
         return found
@@ -202,7 +260,9 @@ def row_format(files: Sequence[str], format: str | None, columns: Sequence[str] 
     Args:
       files: resolved input files (for the extension and the messages).
       format: one of ``FORMATS`` or ``None`` (from the extension).
-      columns: field names in order (default: ``required``); ``"_"`` skips a field.
+      columns: field names in order (default: ``required``); ``"_"`` skips a field;
+        ``FIELD=KEY`` reads the file's field ``KEY`` as the column ``FIELD`` (formats with
+        named fields, or TSV/CSV with ``header``: see ``split_columns``).
       header: skip each file's first line.
       required: columns the task needs (e.g. ``("label", "text")``).
       allowed: every column name the task knows.
@@ -212,20 +272,21 @@ def row_format(files: Sequence[str], format: str | None, columns: Sequence[str] 
     """
     format = infer_format(files, format)
     kind = FORMAT_CLASSES[format]
-    columns = kind.columns_for(columns, required)
+    entries = kind.columns_for(columns, required)
+    columns, keys = split_columns(entries)
     unknown = [c for c in columns if c != "_" and c not in allowed]
     if unknown:
-        raise InputError(f"Unknown column name(s) {unknown} in --columns={','.join(columns)}; "
+        raise InputError(f"Unknown column name(s) {unknown} in --columns={','.join(entries)}; "
                          f"this task knows {list(allowed)} (and '_' to skip a field)")
     names = [c for c in columns if c != "_"]
     if len(set(names)) != len(names):
-        raise InputError(f"A column is named twice in --columns={','.join(columns)}")
+        raise InputError(f"A column is named twice in --columns={','.join(entries)}")
     missing = [c for c in required if c not in names]
     if missing:
-        raise InputError(f"--columns={','.join(columns)} has no {missing} column: name the "
+        raise InputError(f"--columns={','.join(entries)} has no {missing} column: name the "
                          f"fields of {files[0] if files else 'the files'} in order, e.g. "
                          f"--columns={','.join(required)}")
-    return kind.row_format(files, columns, header)
+    return kind.row_format(files, columns, keys, header)
 
 
 def resolve(patterns: Sequence[str], flag: str = "--train_files") -> list[str]:
@@ -361,7 +422,7 @@ def text_column(patterns, *, format: str | None = None, columns: Sequence[str] |
       InputError: missing or empty files, or ``columns`` without ``text``.
     """
     files = resolve(patterns)
-    names = tuple(c for c in (columns or ()) if c != "_") or ("text",)
+    names = tuple(c for c in split_columns(columns or ())[0] if c != "_") or ("text",)
     fmt = row_format(files, format, columns or None, header, required=("text",), allowed=names)
     rows = read_rows(files, fmt, counter or DropCounter("text_column"),
                      batch_size=batch_size or READ_BATCH)
@@ -394,3 +455,74 @@ def columns_utf8(row, ok):
     for value in row.values():
         bad |= tf.logical_not(valid_utf8(value))
     return bad
+
+
+def _entries(columns: Sequence[str], keys: Sequence[str]) -> str:
+    """``--columns`` as given, from ``split_columns``' names and keys."""
+    return ",".join(n if n == k else f"{n}={k}" for n, k in zip(columns, keys))
+
+
+def fields_detail(count: int, expected: int) -> str:
+    """``"3 fields, expected 2"``."""
+    return f"{count} field{'' if count == 1 else 's'}, expected {expected}"
+
+
+class Delimited(Format):
+    """A format of delimited fields on a line (TSV, CSV): by position, or with ``header``,
+    by the header's names when ``--columns`` names fields of the header (``FIELD=KEY``, or
+    plain names all found in it; a header of other names keeps reading by position)."""
+
+    def header_fields(self, line: str) -> list[str]:
+        """The names in a header line."""
+        raise NotImplementedError
+
+    def count_fields(self, line: str) -> int | None:
+        """The number of fields of a line; ``None`` if it does not parse at all."""
+        raise NotImplementedError
+
+    def row_format(self, files, columns, keys, header):
+        mapped = bool(mapped_keys(columns, keys))
+        if not header:
+            if mapped:
+                raise InputError(f"--columns={_entries(columns, keys)}: FIELD=KEY reads "
+                                 f"{self.name.upper()} columns by the names in the header "
+                                 "line: add --header")
+            return RowFormat(self.name, tuple(columns), False)
+        fields = self._header(files[0]) if files else None
+        wanted = [k for n, k in zip(columns, keys) if n != "_"]
+        if fields is None or not (mapped or set(wanted) <= set(fields)):
+            return RowFormat(self.name, tuple(columns), True)
+        missing = [k for k in wanted if k not in fields]
+        if missing:
+            raise InputError(f"{files[0]}: no column {missing} in its header {fields}: name "
+                             "header columns in --columns (FIELD=KEY)")
+        twice = [k for k in wanted if fields.count(k) > 1]
+        if twice:
+            raise InputError(f"{files[0]}: its header names {twice[0]!r} twice; read by "
+                             "position instead (--columns in order, '_' for the others)")
+        for path in files[1:]:
+            other = self._header(path)
+            if other not in (None, fields):
+                raise InputError(f"{path}: its header {other} differs from {files[0]}'s "
+                                 f"{fields}: files read by the header's names share one header")
+        by_position = ["_"] * len(fields)
+        for name, key in zip(columns, keys):
+            if name != "_":
+                by_position[fields.index(key)] = name
+        return RowFormat(self.name, tuple(by_position), True)
+
+    def _header(self, path: str) -> list[str] | None:
+        """The header names of ``path`` (``None`` if it cannot be opened: reading says why)."""
+        import gzip
+
+        opener = gzip.open if path.endswith(".gz") else open
+        try:
+            with opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="") as f:
+                line = f.readline().rstrip("\r\n")
+        except (OSError, EOFError):
+            return None
+        return [field.strip() for field in self.header_fields(line)]
+
+    def malformed_detail(self, record, fmt):
+        count = self.count_fields(record.decode("utf-8", errors="replace"))
+        return None if count is None else fields_detail(count, len(fmt.columns))

@@ -10,7 +10,7 @@ sentence without a blank line after it still counts). A sentence's record holds 
 column as the space-joined values of its lines. Lines starting with ``#`` (CoNLL-U comments)
 and ``-DOCSTART-`` lines (CoNLL-2003 document marks) are markup, not tokens, and are skipped. A
 sentence with a line of the wrong field count is ``malformed`` (``drop_examples`` names the
-line).
+line: ``5 fields, expected 3``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Sequence
 import tensorflow as tf
 
 from tfseq._common import mark_last
-from tfseq.formats.base import FIELD_SEPARATOR, READ_BATCH, Format, RowFormat, split_parse
+from tfseq.formats.base import (FIELD_SEPARATOR, READ_BATCH, Format, RowFormat,
+                                fields_detail, split_parse)
 from tfseq.reading import verify_gzip
 
 _CONLL_BATCH = 4096      # lines grouped into sentences per step
@@ -55,8 +56,8 @@ class Conll(Format):
                         continue
                     fields = line.split("\t") if "\t" in line else line.split()
                     if len(fields) != len(fmt.columns):
-                        found.append(f"{path}:{number}: malformed ({len(fields)} fields, "
-                                     f"--columns names {len(fmt.columns)})")
+                        found.append(f"{path}:{number}: malformed "
+                                     f"({fields_detail(len(fields), len(fmt.columns))})")
                         if len(found) >= limit:
                             return found
         return found

@@ -4,7 +4,8 @@
 
 Each named feature is a ``bytes_list`` or an ``int64_list`` (its kind read from the first
 records at setup, ``feature_kinds``; int64 values read as their decimal strings; several values
-joined by spaces); a record without a named feature is ``malformed``. ``.gz`` files are GZIP
+joined by spaces); a record without a named feature is ``malformed`` (``no feature 'text'``).
+``--columns=text=body`` reads the feature ``body`` as the column ``text``. ``.gz`` files are GZIP
 (verified whole first). A record is named ``file: record N``. Reading checks each record's
 features against the kinds found at setup, so a run reads the files once before training
 (``must_check``); when that read fails, ``record_problem`` names the record.
@@ -18,28 +19,30 @@ import tensorflow as tf
 
 from tfseq._common import lazy_cond
 from tfseq.errors import InputError
-from tfseq.formats.base import Format, RowFormat, columns_utf8, named_columns_key
+from tfseq.formats.base import Format, RowFormat, columns_utf8, mapped_keys, named_columns_key
 from tfseq.reading import verify_gzip
 
 
 class TfRecord(Format):
     """``tf.train.Example`` records, columns by feature name (bytes or int64)."""
 
-    name, per_line, named_fields, must_check, record_noun = (
-        "tfrecord", False, True, True, "record")
+    name, per_line, named_fields, maps_keys, must_check, record_noun = (
+        "tfrecord", False, True, True, True, "record")
 
     def matches(self, basename):
         return ".tfrecord" in basename  # also TFDS-style name.tfrecord-00000-of-00010
 
-    def row_format(self, files, columns, header):
+    def row_format(self, files, columns, keys, header):
         if header:
             raise InputError("--header does not apply to --format=tfrecord (records have no "
                              "header line): leave it out")
         if "_" in columns:
             raise InputError("--format=tfrecord reads features by name: list only the ones "
                              "to read in --columns, without '_'")
-        names = [c for c in columns if c != "_"]
-        return RowFormat(self.name, columns, False, feature_kinds(files, names))
+        ints = feature_kinds(files, keys)
+        return RowFormat(self.name, tuple(columns), False,
+                         tuple(n for n, k in zip(columns, keys) if k in ints),
+                         mapped_keys(columns, keys))
 
     def read(self, files, fmt, *, batch_size, num_shards, shard_index, in_order):
         if not in_order and len(files) > 1:
@@ -64,6 +67,20 @@ class TfRecord(Format):
 
     def hold_out_keys(self, records, row, fmt):
         return named_columns_key(row, fmt)
+
+    def malformed_detail(self, record, fmt):
+        try:
+            example = tf.train.Example.FromString(record)
+        except Exception:  # noqa: BLE001 - protobuf's DecodeError
+            return "not a tf.train.Example"
+        for key in fmt.file_keys:
+            feature = example.features.feature.get(key)
+            if feature is None:
+                return f"no feature {key!r}"
+            kind = feature.WhichOneof("kind")
+            if kind is None or not getattr(feature, kind).value:
+                return f"feature {key!r} has no value"
+        return None
 
     def diagnose(self, files, fmt):
         return record_problem(files, fmt)
@@ -150,13 +167,13 @@ def feature_kinds(files: Sequence[str], names: Sequence[str], *, records: int = 
 def parse_examples(records: tf.Tensor, fmt: RowFormat) -> tuple[dict, tf.Tensor]:
     """Serialized ``tf.train.Example`` ``[n]`` -> each named feature's values joined by a
     space (int64 as decimal strings), and ``ok``: every named feature has a value."""
-    features = {name: tf.io.VarLenFeature(tf.int64 if name in fmt.int_columns else tf.string)
-                for name in fmt.names}
+    features = {fmt.key_of(name): tf.io.VarLenFeature(tf.int64 if name in fmt.int_columns
+                                                      else tf.string) for name in fmt.names}
     parsed = tf.io.parse_example(records, features)
     row, ok = {}, tf.ones_like(records, tf.bool)
     n = tf.shape(records, out_type=tf.int64)[0]
     for name in fmt.names:
-        sparse = parsed[name]
+        sparse = parsed[fmt.key_of(name)]
         values = sparse.values
         if name in fmt.int_columns:
             values = tf.strings.as_string(values)
@@ -188,12 +205,12 @@ def record_problem(files: Sequence[str], fmt: RowFormat) -> str | None:
                     example = tf.train.Example.FromString(record)
                 except Exception:  # noqa: BLE001 - protobuf's DecodeError
                     return f"{path}: record {number} is not a tf.train.Example"
-                for name in fmt.names:
-                    feature = example.features.feature.get(name)
+                for name, key in zip(fmt.names, fmt.file_keys):
+                    feature = example.features.feature.get(key)
                     kind = feature.WhichOneof("kind") if feature is not None else None
                     want = "int64_list" if name in fmt.int_columns else "bytes_list"
                     if kind not in (None, want):
-                        return (f"{path}: record {number}: feature {name!r} is a {kind}, the "
+                        return (f"{path}: record {number}: feature {key!r} is a {kind}, the "
                                 f"first records' is a {want}: one kind per feature")
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
             return (f"{path}: unreadable after record {number} ({str(e).splitlines()[0]}): "
