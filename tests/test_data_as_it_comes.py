@@ -251,6 +251,17 @@ def test_parquet_columns_kinds_shards_and_setup_errors(tmp_path):
         formats.row_format([path], None, ["label"], False, **kwargs)
     with pytest.raises(formats.InputError, match="--header does not apply"):
         formats.row_format([path], None, ["label=flag"], True, **kwargs)
+    # Parquet strings are not checked for UTF-8 when read: tfseq counts them as other formats.
+    raw = [b"ok", b"bad \xff byte", b"bad \xfe too"]
+    offsets = pa.py_buffer(b"".join(int.to_bytes(sum(map(len, raw[:i])), 4, "little")
+                                    for i in range(len(raw) + 1)))
+    bad = write_parquet(tmp_path / "bad.parquet", {"text": pa.Array.from_buffers(
+        pa.string(), len(raw), [None, offsets, pa.py_buffer(b"".join(raw))])})
+    counter = tfseq.DropCounter("u")
+    fmt = formats.row_format([bad], None, ["text"], False, required=("text",),
+                             allowed=("text",))
+    assert rows(formats.read_rows([bad], fmt, counter)) == [{"text": "ok"}]
+    assert counter.drops() == {"invalid_utf8": 2, "malformed": 0, "empty_text": 0}
     fake = write(tmp_path / "c.parquet", "not parquet at all\n")
     with pytest.raises(formats.InputError, match="c.parquet is not a Parquet file"):
         formats.row_format([fake], None, ["label"], False, **kwargs)

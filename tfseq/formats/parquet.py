@@ -8,17 +8,18 @@ String columns (also dictionary-encoded ones), integer and boolean columns (read
 nested column is refused at setup, naming it, and so is a named column a file lacks. A row with
 a null value is ``malformed`` (``'text' is null``); a row is named ``file: row N``.
 
-How rows become records without Python per row: pyarrow reads ``READ_BATCH`` rows at a time
-(``ParquetFile.iter_batches``, only the named columns), its compute functions (C++, per batch)
-turn each column into bytes and join a row's values with the byte ``0xFF`` (a null becomes the
-byte ``0xFE``; neither byte occurs in UTF-8); one Python call per batch hands that buffer and
-its row offsets to ``tf.data.Dataset.from_generator``, and ``tf.strings.substr`` cuts the
-buffer into the ``tf.string [n]`` records every other format gives. ``parse`` splits a record
-at ``0xFF`` back into its named columns in the graph, so the one pass before training, the
-shuffle shards, the resumable stream, evaluation and predict take Parquet records as they take
-lines. A ``from_generator`` dataset runs in the Python process that built it: the tf.data
-service cannot run it on its workers (``--data_service`` needs another format, or the spilled
-shuffle shards of a run that has them).
+How rows become records without Python per row: pyarrow reads ``READ_CHUNK`` rows at a time
+(``ParquetFile.iter_batches``, only the named columns), its compute functions (C++, per chunk)
+turn each column into bytes and join a row's values with the byte ``0xFF``, which UTF-8 never
+holds (a row with a null becomes ``0xFF`` once per column, ``0xFE`` and the column's index: a
+record of too many fields); one Python call per chunk hands its bytes and row offsets to
+``tf.data.Dataset.from_generator``, ``tf.strings.substr`` cuts them into records and
+``rebatch`` into the ``tf.string [n]`` batches every other format gives. ``parse`` splits a
+record at ``0xFF`` back into its named columns in the graph (the split TSV lines get), so the
+one pass before training, the shuffle shards, the resumable stream, evaluation and predict
+take Parquet records as they take lines. A ``from_generator`` dataset runs in the Python
+process that built it: the tf.data service cannot run it on its workers (``--data_service``
+needs another format).
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ import numpy as np
 import tensorflow as tf
 
 from tfseq.errors import InputError
-from tfseq.formats.base import (Format, RowFormat, columns_utf8, fields_detail, mapped_keys,
-                                named_columns_key)
+from tfseq.formats.base import (Format, RowFormat, columns_utf8, mapped_keys,
+                                named_columns_key, split_parse)
 
 SEPARATOR = b"\xff"  # between a row's values in its record (never in UTF-8)
-NULL = b"\xfe"       # a null value (never in UTF-8)
+NULL = b"\xfe"       # marks a row with a null value (never in UTF-8)
+READ_CHUNK = 65536   # rows a Python call hands to tf.data (a call per 1,024: ~2x slower)
 INSTALL = "--format=parquet needs pyarrow: pip install tfseq[parquet]"
 
 
@@ -80,9 +82,10 @@ class Parquet(Format):
 
         def one_file(path):
             return tf.data.Dataset.from_generator(
-                lambda path: record_buffers(path.decode(), keys, batch_size, *shard),
+                lambda path: record_buffers(path.decode(), keys, READ_CHUNK, *shard),
                 args=(path,), output_signature=(tf.TensorSpec([], tf.string),
-                                                tf.TensorSpec([None], tf.int64)))
+                                                tf.TensorSpec([None], tf.int64))
+            ).map(cut_records).rebatch(batch_size)
 
         paths = tf.data.Dataset.from_tensor_slices(tf.constant(list(files), tf.string))
         if in_order or len(files) < 2:
@@ -90,20 +93,15 @@ class Parquet(Format):
         else:
             ds = paths.interleave(one_file, cycle_length=min(len(files), 16), block_length=1,
                                   num_parallel_calls=tf.data.AUTOTUNE)
-        return ds.map(cut_records)
+        return ds
 
     def file_records(self, path, fmt):
         return self.read([path], fmt, batch_size=1024, num_shards=1, shard_index=0,
                          in_order=True).unbatch()
 
     def parse(self, records, fmt):
-        width = len(fmt.names)
-        fields = tf.strings.split(records, SEPARATOR)
-        ok = tf.equal(fields.row_lengths(), width)
-        dense = tf.where(ok[:, None], fields.to_tensor("", shape=[None, width]), "")
-        ok &= tf.logical_not(tf.reduce_any(tf.equal(dense, NULL), axis=1))
-        dense = tf.where(ok[:, None], dense, "")
-        return {name: dense[:, i] for i, name in enumerate(fmt.names)}, ok
+        # A row with a null has more fields (``record_buffers``): not ok.
+        return split_parse(records, SEPARATOR, fmt.names)
 
     def bad_utf8(self, records, row, ok):
         return columns_utf8(row, ok)
@@ -115,11 +113,10 @@ class Parquet(Format):
         return named_columns_key(row, fmt)
 
     def malformed_detail(self, record, fmt):
-        values = record.split(SEPARATOR)
-        if len(values) != len(fmt.names):  # a value held a byte 0xFF: not UTF-8 text
-            return f"a value is not UTF-8 ({fields_detail(len(values), len(fmt.names))})"
-        null = next((k for k, v in zip(fmt.file_keys, values) if v == NULL), None)
-        return f"{null!r} is null" if null else None
+        marker = SEPARATOR * len(fmt.names) + NULL
+        if record.startswith(marker) and record[len(marker):].isdigit():
+            return f"{fmt.file_keys[int(record[len(marker):])]!r} is null"
+        return None
 
     def diagnose(self, files, fmt):
         """The first file pyarrow cannot read (named, with pyarrow's reason)."""
@@ -167,9 +164,9 @@ def _readable(pa, kind) -> bool:
 
 def record_buffers(path: str, keys: Sequence[str], batch_size: int, num_shards: int,
                    shard_index: int):
-    """Yields, per batch of rows of ``path``: the records' bytes one after another (tf.string
-    scalar) and their offsets (int64 ``[n + 1]``); a record is the row's ``keys`` values
-    joined by ``SEPARATOR``. With ``num_shards > 1`` only rows ``i % num_shards ==
+    """Yields, per ``batch_size`` rows of ``path``: the records' bytes one after another
+    (tf.string scalar) and their offsets (int64 ``[n + 1]``); a record is the row's ``keys``
+    values joined by ``SEPARATOR``. With ``num_shards > 1`` only rows ``i % num_shards ==
     shard_index``.
 
     Raises:
@@ -177,41 +174,49 @@ def record_buffers(path: str, keys: Sequence[str], batch_size: int, num_shards: 
     """
     pa, pq, pc = pyarrow()
     separator = pa.scalar(SEPARATOR, pa.large_binary())
-    null = pa.scalar(NULL, pa.large_binary())
     start = 0
     try:
         reader = pq.ParquetFile(path)
-        for batch in reader.iter_batches(batch_size=batch_size, columns=list(dict.fromkeys(keys))):
-            columns = [_as_bytes(pa, pc, batch.column(key), null) for key in keys]
+        for batch in reader.iter_batches(batch_size=batch_size,
+                                         columns=list(dict.fromkeys(keys))):
+            columns = [_as_bytes(pa, pc, batch.column(key)) for key in keys]
             if num_shards > 1:
                 rows = np.arange(start, start + batch.num_rows)
                 take = pa.array(np.nonzero(rows % num_shards == shard_index)[0])
                 columns = [column.take(take) for column in columns]
             start += batch.num_rows
-            if not len(columns[0]):
-                continue
             joined = (columns[0] if len(columns) == 1 else
                       pc.binary_join_element_wise(*columns, separator))
+            if joined.null_count:  # a row with a null: len(keys) separators, NULL, its index
+                marker = pa.nulls(len(joined), pa.large_binary())
+                for i in reversed(range(len(keys))):
+                    marker = pc.if_else(pc.is_null(columns[i]), pa.scalar(
+                        SEPARATOR * len(keys) + NULL + str(i).encode(), pa.large_binary()),
+                        marker)
+                joined = pc.coalesce(joined, marker)
             _, offsets, data = joined.buffers()
             offsets = np.frombuffer(offsets, np.int64)[joined.offset:
                                                        joined.offset + len(joined) + 1]
-            yield data.to_pybytes()[:offsets[-1]], offsets
+            if len(joined):
+                yield data.slice(offsets[0], offsets[-1] - offsets[0]).to_pybytes(), \
+                    offsets - offsets[0]
     except (pa.ArrowException, OSError) as e:
         raise ValueError(f"{path}: {str(e).splitlines()[0]}: a truncated or corrupt Parquet "
                          "file") from None
 
 
-def _as_bytes(pa, pc, column, null):
-    """A column as ``large_binary``: strings as they are, integers and booleans as text, lists
-    joined by spaces, nulls as ``NULL``."""
+def _as_bytes(pa, pc, column):
+    """A column as ``large_binary``: strings as they are (a byte ``SEPARATOR`` in one, never
+    in UTF-8, as ``NULL``: the value stays invalid UTF-8, counted so), integers and booleans as
+    text, lists joined by spaces; nulls stay null."""
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
     kind = column.type
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
         column = pc.binary_join(pc.cast(column, pa.list_(pa.string())), " ")
     elif pa.types.is_integer(kind) or pa.types.is_boolean(kind):
-        column = pc.cast(column, pa.string())
-    return pc.fill_null(pc.cast(column, pa.large_binary()), null)
+        return pc.cast(pc.cast(column, pa.string()), pa.large_binary())
+    return pc.replace_substring(pc.cast(column, pa.large_binary()), SEPARATOR, NULL)
 
 
 def cut_records(data: tf.Tensor, offsets: tf.Tensor) -> tf.Tensor:
