@@ -9,11 +9,12 @@ The rows (label = the book, text = the verse) of the embedded corpus, both langu
 rows), written ``--copies`` times into files of the same rows: ``rows.tsv``, ``rows.jsonl``
 (``json.dumps``, raw UTF-8), ``renamed.jsonl`` (the same with the keys ``category`` and
 ``body``, read with ``--columns=label=category,text=body``), ``rows.tfrecord``
-(``tf.train.Example``, two bytes features) and ``rows.parquet`` (two string columns, pyarrow's
-default row groups and compression). Every feed is consumed in the graph
-(``Dataset.reduce``), best of ``--repeats`` round-robin passes:
+(``tf.train.Example``, two bytes features), ``rows.parquet`` (two string columns, pyarrow's
+default row groups and compression: snappy) and ``plain.parquet`` (the same, uncompressed).
+Every feed is consumed in the graph (``Dataset.reduce``), best of ``--repeats`` round-robin
+passes:
 
-  read tsv / jsonl / tfrecord / parquet, jsonl renamed keys
+  read tsv / jsonl / tfrecord / parquet, parquet uncompressed, jsonl renamed keys
                                 ``formats.read_rows`` (read + parse + drop checks): rows/s
   read tsv / tfrecord, 8 shards the same rows dealt round-robin into 8 files of each format,
                                 read as a sharded corpus is (``in_order=False``: the files
@@ -104,10 +105,12 @@ def write_files(out_dir: str, rows) -> dict[str, str]:
                         value=[label.encode()])),
                     "text": tf.train.Feature(bytes_list=tf.train.BytesList(
                         value=[text.encode()]))})).SerializeToString())
+    table = pa.table({"label": [label for label, _ in rows] * FLAGS.copies,
+                      "text": [text for _, text in rows] * FLAGS.copies})
     paths["parquet"] = os.path.join(out_dir, "rows.parquet")
-    pq.write_table(pa.table({"label": [label for label, _ in rows] * FLAGS.copies,
-                             "text": [text for _, text in rows] * FLAGS.copies}),
-                   paths["parquet"])
+    pq.write_table(table, paths["parquet"])
+    paths["parquet uncompressed"] = os.path.join(out_dir, "plain.parquet")
+    pq.write_table(table, paths["parquet uncompressed"], compression="none")
     for kind in ("tsv", "tfrecord"):
         shards = [os.path.join(out_dir, f"part-{i}.{kind}") for i in range(SHARDS)]
         paths[f"{kind} shards"] = shards
@@ -147,6 +150,7 @@ def build_feeds(paths, total_rows):
     rows = lambda b: tf.size(b["text"], out_type=tf.int64)  # noqa: E731
     feeds = {f"read {kind}": (read(paths[kind], kind), rows)
              for kind in ("tsv", "jsonl", "tfrecord", "parquet")}
+    feeds["read parquet uncompressed"] = (read(paths["parquet uncompressed"], "parquet"), rows)
     feeds["read jsonl renamed keys"] = (read(paths["jsonl renamed keys"], "jsonl", columns=(
         "label=category", "text=body")), rows)
     for kind in ("tsv", "tfrecord"):
