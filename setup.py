@@ -47,9 +47,10 @@ setup(
         "tokenizers",  # Vocab.learn(tokenizer="wordpiece"): Hugging Face's Rust WordPiece trainer
     ],
     extras_require={
-        # xdist: `make test` on every core; keras-hub: tests/test_keras_hub.py
-        "test": ["pytest", "hypothesis", "pytest-xdist", "keras-hub"],
+        # xdist: `make test` on every core; keras-hub, pyarrow: their tests
+        "test": ["pytest", "hypothesis", "pytest-xdist", "keras-hub", "pyarrow"],
         "keras-hub": ["keras-hub"],  # tfseq.keras_hub: KerasHub models fed by tfseq batches
+        "parquet": ["pyarrow"],  # --format=parquet
         "profile": ["tensorboard-plugin-profile"],
         "plot": ["matplotlib"],
     },

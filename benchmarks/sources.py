@@ -1,17 +1,21 @@
-r"""Many sources: the rate of reading JSON Lines and TFRecord against TSV, and of bucketing a
-mixture of corpora against bucketing one.
+r"""Many sources: the rate of reading JSON Lines, TFRecord and Parquet against TSV, and of
+bucketing a mixture of corpora against bucketing one.
 
 Usage:
   python -m benchmarks.sources --json_out=bench_out/sources.json
   python -m benchmarks.sources --copies=2 --repeats=2
 
 The rows (label = the book, text = the verse) of the embedded corpus, both languages (62,204
-rows), written ``--copies`` times into three files of the same rows: ``rows.tsv``,
-``rows.jsonl`` (``json.dumps``, raw UTF-8) and ``rows.tfrecord`` (``tf.train.Example``, two
-bytes features). Every feed is consumed in the graph (``Dataset.reduce``), best of
-``--repeats`` round-robin passes:
+rows), written ``--copies`` times into files of the same rows: ``rows.tsv``, ``rows.jsonl``
+(``json.dumps``, raw UTF-8), ``renamed.jsonl`` (the same with the keys ``category`` and
+``body``, read with ``--columns=label=category,text=body``), ``rows.tfrecord``
+(``tf.train.Example``, two bytes features), ``rows.parquet`` (two string columns, pyarrow's
+default row groups and compression: snappy) and ``plain.parquet`` (the same, uncompressed).
+Every feed is consumed in the graph (``Dataset.reduce``), best of ``--repeats`` round-robin
+passes:
 
-  read tsv / jsonl / tfrecord   ``formats.read_rows`` (read + parse + drop checks): rows/s
+  read tsv / jsonl / tfrecord / parquet, parquet uncompressed, jsonl renamed keys
+                                ``formats.read_rows`` (read + parse + drop checks): rows/s
   read tsv / tfrecord, 8 shards the same rows dealt round-robin into 8 files of each format,
                                 read as a sharded corpus is (``in_order=False``: the files
                                 in parallel, a batch of each in turn)
@@ -21,7 +25,8 @@ bytes features). Every feed is consumed in the graph (``Dataset.reduce``), best 
                                 sizes (``temperature=1``), then the same ``bucket_by_length``
                                 over as many rows (M real tokens/s)
 
-Targets (issue: many sources): jsonl >= 0.5x tsv, tfrecord >= tsv, mix of 3 >= 0.9x one.
+Targets (issue: many sources): jsonl >= 0.5x tsv, tfrecord >= tsv, mix of 3 >= 0.9x one;
+(data as it comes) parquet >= tsv, jsonl with renamed keys >= jsonl.
 The sharded rows are held against the sharded TSV.
 
 ``--steady`` (the default; needs ``--copies`` of 2 or more) also times the bucket feeds over a
@@ -77,22 +82,35 @@ def write_thirds(out_dir: str, rows, copies: int) -> dict[str, str]:
 
 
 def write_files(out_dir: str, rows) -> dict[str, str]:
-    """The same rows as TSV, JSON Lines and TFRecord; and three TSV thirds."""
+    """The same rows as TSV, JSON Lines (and with renamed keys), TFRecord and Parquet; and
+    three TSV thirds."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     import tensorflow as tf
 
     paths = {k: os.path.join(out_dir, f"rows.{k}") for k in ("tsv", "jsonl", "tfrecord")}
+    paths["jsonl renamed keys"] = os.path.join(out_dir, "renamed.jsonl")
     with open(paths["tsv"], "w", encoding="utf-8") as tsv, \
             open(paths["jsonl"], "w", encoding="utf-8") as jsonl, \
+            open(paths["jsonl renamed keys"], "w", encoding="utf-8") as renamed, \
             tf.io.TFRecordWriter(paths["tfrecord"]) as records:
         for _ in range(FLAGS.copies):
             for label, text in rows:
                 tsv.write(f"{label}\t{text}\n")
                 jsonl.write(json.dumps({"label": label, "text": text}, ensure_ascii=False) + "\n")
+                renamed.write(json.dumps({"category": label, "body": text},
+                                         ensure_ascii=False) + "\n")
                 records.write(tf.train.Example(features=tf.train.Features(feature={
                     "label": tf.train.Feature(bytes_list=tf.train.BytesList(
                         value=[label.encode()])),
                     "text": tf.train.Feature(bytes_list=tf.train.BytesList(
                         value=[text.encode()]))})).SerializeToString())
+    table = pa.table({"label": [label for label, _ in rows] * FLAGS.copies,
+                      "text": [text for _, text in rows] * FLAGS.copies})
+    paths["parquet"] = os.path.join(out_dir, "rows.parquet")
+    pq.write_table(table, paths["parquet"])
+    paths["parquet uncompressed"] = os.path.join(out_dir, "plain.parquet")
+    pq.write_table(table, paths["parquet uncompressed"], compression="none")
     for kind in ("tsv", "tfrecord"):
         shards = [os.path.join(out_dir, f"part-{i}.{kind}") for i in range(SHARDS)]
         paths[f"{kind} shards"] = shards
@@ -111,13 +129,13 @@ def write_files(out_dir: str, rows) -> dict[str, str]:
     return {**paths, **write_thirds(out_dir, rows, FLAGS.copies)}
 
 
-def read(path, kind, in_order=True):
+def read(path, kind, in_order=True, columns=("label", "text")):
     """``formats.read_rows`` of ``path`` (a file or a list): ``{label, text}`` rows."""
     import tfseq
     from tfseq import formats
 
     files = path if isinstance(path, list) else [path]
-    fmt = formats.row_format(files, kind, ["label", "text"], False,
+    fmt = formats.row_format(files, kind, list(columns), False,
                              required=("label", "text"), allowed=("label", "text"))
     return formats.read_rows(files, fmt, tfseq.DropCounter(kind), in_order=in_order)
 
@@ -131,7 +149,10 @@ def build_feeds(paths, total_rows):
 
     rows = lambda b: tf.size(b["text"], out_type=tf.int64)  # noqa: E731
     feeds = {f"read {kind}": (read(paths[kind], kind), rows)
-             for kind in ("tsv", "jsonl", "tfrecord")}
+             for kind in ("tsv", "jsonl", "tfrecord", "parquet")}
+    feeds["read parquet uncompressed"] = (read(paths["parquet uncompressed"], "parquet"), rows)
+    feeds["read jsonl renamed keys"] = (read(paths["jsonl renamed keys"], "jsonl", columns=(
+        "label=category", "text=body")), rows)
     for kind in ("tsv", "tfrecord"):
         feeds[f"read {kind}, {SHARDS} shards"] = (
             read(paths[f"{kind} shards"], kind, in_order=False), rows)

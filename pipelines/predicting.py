@@ -53,8 +53,8 @@ def make_parser(fmt: formats.RowFormat, field: str):
     [n]}`` (``REASONS`` index, 0 for a usable line; unusable lines get ``text`` = ``""``)."""
     def parse(lines):
         row, ok = formats.parse(lines, fmt)
-        # TFRecord records are binary: their text column is what must be clean text.
-        checks = line_checks(row[field] if formats.format_of(fmt.format).binary else lines,
+        # A line, or the field of a record that is not text (TFRecord), must be clean text.
+        checks = line_checks(formats.format_of(fmt.format).text_to_check(lines, row, field),
                              None)
         reason = tf.where(ok, 0, REASONS.index("malformed"))
         for name in ("nul_byte", "invalid_utf8"):  # the first failing check wins
@@ -80,20 +80,25 @@ def input_format(info: dict, files, fmt: str | None, columns,
     same_format = info.get("format") in (None, fmt) and "columns" in info
     if header is None:
         header = bool(info.get("header")) if same_format else False
-    if fmt == "text":
-        return formats.RowFormat("text", ("text",), header)
+    if kind.only_column:  # the whole line is the input
+        return formats.RowFormat(fmt, (kind.only_column,), header)
     field = input_field(info, fmt)
     trained = info.get("columns") if same_format else None
     columns = tuple(columns or trained or (
         [field] if kind.named_fields else ["book", "chapter", "verse", field]))
-    if field not in columns:
+    names, _ = formats.split_columns(columns)
+    if field not in names:
         what = f"{fmt} field" if kind.named_fields else "column"
         raise ValueError(f"--columns={','.join(columns)} has no {field!r} field; name the "
                          f"input {what} {field!r}" + ("" if kind.named_fields else
                                                       " (and `_` for the others)"))
-    if kind.named_fields:  # fields by name: only the input is read
-        return formats.RowFormat(fmt, (field,), False)
-    return formats.RowFormat(fmt, tuple(c if c == field else "_" for c in columns), header)
+    # Only the input is read (``FIELD=KEY`` as given): the other columns are skipped, or left
+    # out where fields are read by name.
+    entries = [c if n == field else "_" for c, n in zip(columns, names)]
+    if kind.named_fields:
+        entries, header = [c for c in entries if c != "_"], False
+    return formats.row_format([str(f) for f in files], fmt, entries, header,
+                              required=(field,), allowed=(field,))
 
 
 def input_field(info: dict, fmt: str) -> str:
@@ -185,8 +190,8 @@ def _predict_files(model_dir: str, files, output: str, *, fmt, columns, header, 
                 "index": batch["index"]}
 
     lines = formats.read_records(paths, row_format, batch_size=512, in_order=True)
-    ds = lines.map(make_parser(row_format, "text" if row_format.format == "text"
-                               else input_field(info, row_format.format))).apply(
+    # The one column read is the input (``input_format``).
+    ds = lines.map(make_parser(row_format, row_format.names[0])).apply(
         tfseq.with_index(batched=True))
     ds = ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.apply(Batching(batching, batch_size=max(1, max_tokens // longest),

@@ -118,7 +118,8 @@ def format_report(report: dict) -> str:
 DROP_FIXES = {
     "too_long": "raise --max_length, or --long_examples=truncate keeps them cut",
     "too_many_bytes": "the lines are over the line-length limit: split them",
-    "malformed": "check --format, --columns and --header",
+    "malformed": "check --format, --columns (FIELD=KEY reads a field of another name) and "
+                 "--header; the 'dropped' lines say what is wrong",
     "invalid_utf8": "the files are not UTF-8: convert them",
     "nul_byte": "the files hold NUL bytes: are they text?",
     "empty_text": "empty text fields: check --columns",

@@ -43,9 +43,9 @@ class Source:
       parse: ``(records tf.string [n], counter) -> {column: tf.string [m]}``, the rows kept;
         counts ``lines_read`` and each drop in ``counter`` (a graph function).
       drop_examples: ``(limit) -> ["file:line: reason", ...]``, the first malformed records.
-      must_check: reading the records checks something that must hold before training (two
-        files line-aligned, TFRecord features of one kind), so a run reads them once before
-        its first step.
+      must_check: reading the records checks something that must hold before training (the
+        format's ``must_check``: two files line-aligned, TFRecord features of one kind), so a
+        run reads them once before its first step.
       diagnose: ``() -> message or None``, naming the record that made reading fail.
     """
 
@@ -90,12 +90,10 @@ def user_source(config, split: str, *, required: Sequence[str],
         return formats.parse_rows(records, fmt, counter, split=hold_out,
                                   eval_percent=config.eval_percent)
 
-    binary = formats.format_of(fmt.format).binary
+    kind = formats.format_of(fmt.format)
     return Source(", ".join(files), tuple(files), read, parse,
                   lambda limit: formats.drop_examples(files, fmt, limit=limit),
-                  must_check=binary,
-                  diagnose=(lambda: formats.record_problem(files, fmt)) if binary else
-                  (lambda: None))
+                  must_check=kind.must_check, diagnose=lambda: kind.diagnose(files, fmt))
 
 
 def aligned_source(config, split: str) -> Source:
@@ -127,7 +125,7 @@ def aligned_source(config, split: str) -> Source:
                                   eval_percent=config.eval_percent)
 
     return Source(", ".join(sources + targets), tuple(sources + targets), read, parse,
-                  must_check=True)
+                  must_check=formats.format_of(fmt.format).must_check)
 
 
 def fingerprint(files: Sequence[str]) -> list[dict]:

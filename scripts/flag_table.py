@@ -62,7 +62,9 @@ FLAGS_TABLE: dict[str, Flag] = {
     "format": Flag("enum", "File format (default: from the extension).", None, FORMATS,
                    field="format"),
     "columns": Flag("list", "Field names in order, e.g. label,text ('_' skips a field; JSON "
-                    "keys and TFRecord features by name).", [], field="columns"),
+                    "keys, TFRecord features and Parquet columns by name; FIELD=KEY reads the "
+                    "file's KEY as the column FIELD, e.g. label=category,text=meta.body).", [],
+                    field="columns"),
     "header": Flag("boolean", "Skip the first line of every file.", False, field="header"),
     "eval_percent": Flag("integer", "Percent of training lines held out (hashed).",
                          field="eval_percent"),

@@ -47,7 +47,8 @@ flag_table.define(
     helps={"model_dir": "Model directory (uses its export/) or an export.",
            "files": "Input files or globs (.gz allowed); - reads stdin.",
            "verbose": "0: quiet; 1: progress bar and report.",
-           "columns": "Field names in order (JSON keys, TFRecord features: by name); the input "
+           "columns": "Field names in order (JSON keys, TFRecord features, Parquet columns: by "
+                      "name; FIELD=KEY reads the file's KEY as FIELD); the input "
                       "field is the one the model was trained on (`text`; translate `source`; "
                       "tag `tokens`, or `token` in CoNLL), `_` skips (default: the training "
                       "run's, else the embedded corpus layout book,chapter,verse,text).",

@@ -226,16 +226,16 @@ def run_pass(ds):
 def text_column() -> str:
     """The column profiled: the first text column of ``--columns`` (``text``, ``source``,
     ``target``, ``tokens``, ``token``: a CoNLL file's space-joined tokens), else ``text``."""
-    from tfseq.formats import TEXT_COLUMNS
+    from tfseq.formats import TEXT_COLUMNS, split_columns
 
-    return next((c for c in FLAGS.columns if c in TEXT_COLUMNS), "text")
+    return next((c for c in split_columns(FLAGS.columns)[0] if c in TEXT_COLUMNS), "text")
 
 
 def user_format(files):
     """The ``RowFormat`` of ``--train_files`` (any column names; one a text column)."""
     from tfseq import formats
 
-    names = tuple(c for c in FLAGS.columns if c != "_") or ("text",)
+    names = tuple(c for c in formats.split_columns(FLAGS.columns)[0] if c != "_") or ("text",)
     return formats.row_format(files, FLAGS.format, FLAGS.columns or None, FLAGS.header,
                               required=(text_column(),), allowed=names)
 

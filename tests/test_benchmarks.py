@@ -412,15 +412,17 @@ def test_sources(tmp_path, monkeypatch):
     monkeypatch.setattr(harness, "embedded_rows", lambda: ROWS * 10)  # mix blocks: ~1k rows
     out = run_benchmark("sources", tmp_path, "--copies=4", "--repeats=1")
     # Every reader gives the same rows, in one file or in 8 shards.
-    assert {out[f"read {k}"]["count"] for k in ("tsv", "jsonl", "tfrecord", "tsv, 8 shards",
-                                                "tfrecord, 8 shards")} == {4 * 2000}
+    assert {out[f"read {k}"]["count"] for k in (
+        "tsv", "jsonl", "jsonl renamed keys", "tfrecord", "parquet", "parquet uncompressed",
+        "tsv, 8 shards", "tfrecord, 8 shards")} == {4 * 2000}
     one, mixed = out["bucket, one source"], out["bucket, mix of 3"]
     assert one["count"] == 4 * 10 * ROW_WORDS and one["ratio"] == 1.0
     assert mixed["count"] >= one["count"]  # its last block may run past the rows
     # --steady: one copy too (a quarter of 4), its tokens a quarter.
     assert 4 * one["short_count"] == one["count"] and one["steady_ratio"] == 1.0
     assert mixed["short_count"] >= one["short_count"]
-    assert set(out["file_bytes"]) == {"tsv", "jsonl", "tfrecord"}
+    assert set(out["file_bytes"]) == {"tsv", "jsonl", "jsonl renamed keys", "tfrecord",
+                                      "parquet", "parquet uncompressed"}
 
 
 def test_steps(tmp_path):

@@ -1,4 +1,4 @@
-"""tfseq.jsonl.decode_fields: top-level string fields of JSON Lines, decoded in graph."""
+"""tfseq.formats.jsonl.decode_fields: top-level string fields of JSON Lines, decoded in graph."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ import random
 import pytest
 import tensorflow as tf
 
-from tfseq import jsonl
-from tfseq.jsonl import decode_fields
+from tfseq.formats import jsonl
+from tfseq.formats.jsonl import decode_fields
 
 KEYS = ("label", "text")
 
 
-def decode(lines, keys=KEYS, array_keys=()):
+def decode(lines, keys=KEYS, array_keys=(), **kwargs):
     """decode_fields on Python strings -> ([{key: str} or None per line])."""
-    fields, ok = decode_fields(tf.constant(lines, tf.string), keys, array_keys=array_keys)
+    fields, ok = decode_fields(tf.constant(lines, tf.string), keys, array_keys=array_keys,
+                               **kwargs)
     values = {key: fields[key].numpy().tolist() for key in keys}
     out = []
     for i, line_ok in enumerate(ok.numpy().tolist()):
@@ -302,9 +303,10 @@ def test_no_keys_checks_only_the_object():
 
 # --- the fast path for flat objects, against the full path
 
-def decode_full(lines, keys=KEYS, array_keys=()):
+def decode_full(lines, keys=KEYS, array_keys=(), **kwargs):
     """decode() with every line on the full path."""
-    fields, ok = jsonl._decode_full_path(tf.constant(lines), keys, array_keys=array_keys)
+    fields, ok = jsonl._decode_full_path(tf.constant(lines), keys, array_keys=array_keys,
+                                         **kwargs)
     values = {key: fields[key].numpy().tolist() for key in keys}
     return [{key: values[key][i].decode("utf-8") for key in keys} if line_ok else None
             for i, line_ok in enumerate(ok.numpy().tolist())]
@@ -314,11 +316,11 @@ def is_flat(lines) -> list[bool]:
     return tf.strings.regex_full_match(tf.constant(lines), jsonl._FLAT_RE).numpy().tolist()
 
 
-def assert_paths_agree(lines, keys=KEYS, array_keys=()):
+def assert_paths_agree(lines, keys=KEYS, array_keys=(), **kwargs):
     """Values and ok of decode_fields equal those of the full path, as raw bytes."""
     lines = tf.constant(lines)
-    fast, fast_ok = decode_fields(lines, keys, array_keys=array_keys)
-    full, full_ok = jsonl._decode_full_path(lines, keys, array_keys=array_keys)
+    fast, fast_ok = decode_fields(lines, keys, array_keys=array_keys, **kwargs)
+    full, full_ok = jsonl._decode_full_path(lines, keys, array_keys=array_keys, **kwargs)
     assert fast_ok.numpy().tolist() == full_ok.numpy().tolist()
     for key in keys:
         assert fast[key].numpy().tolist() == full[key].numpy().tolist(), key
@@ -422,6 +424,9 @@ def test_paths_agree_on_all_test_lines():
     assert_paths_agree(lines, ("label", "text", "tags"), array_keys=("tags",))
     assert_paths_agree(lines, ("text",))
     assert_paths_agree(lines, ())
+    assert_paths_agree(lines, ("label", "text", "tags"), array_keys=("tags",), scalars=True)
+    assert_paths_agree(lines + random_scalar_lines(seed=8, count=60), ("label", "x", "tags"),
+                       array_keys=("tags",), scalars=True)
 
 
 def test_mixed_batch_keeps_order():
@@ -516,3 +521,106 @@ def test_unescape_runs_of_backslashes_and_surrogates():
     assert fields["text"].numpy().tolist() == [
         row["text"].encode() if row else b"" for row in expected]
     assert_paths_agree(lines)
+
+
+# --- numbers and booleans as text (scalars=True), keys inside objects (decode_paths)
+
+def reference_scalars(line: str, keys=KEYS, array_keys=()):
+    """What decode_fields(..., scalars=True) should give: json.loads keeping every number as
+    the text it was written as; true/false as "true"/"false"; null, objects never."""
+    try:
+        obj = json.loads(line, parse_int=str, parse_float=str, parse_constant=str)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    row = {}
+    for key in keys:
+        value = obj.get(key)
+        values = value if isinstance(value, list) and key in array_keys else [value]
+        texts = []
+        for v in values:
+            if isinstance(v, bool):
+                v = "true" if v else "false"
+            if not isinstance(v, str):
+                return None
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return None
+            texts.append(v)
+        row[key] = " ".join(texts)
+    return row
+
+
+def test_scalars_read_numbers_and_booleans_as_their_text():
+    lines = ['{"label": 2, "text": "a"}', '{"label": -1.5e3 , "text": "b"}',
+             '{"label": true, "text": false}', '{"label": null, "text": "c"}',
+             '{"label": 0, "text": ["x", 7, true]}', '{"label": 1, "text": ["x", null]}',
+             '{"label": 01, "text": "d"}', '{"label": {"n": 1}, "text": "e"}',
+             '{"label": NaN, "text": "f", "x": [1]}']
+    want = [{"label": "2", "text": "a"}, {"label": "-1.5e3", "text": "b"},
+            {"label": "true", "text": "false"}, None, {"label": "0", "text": "x 7 true"},
+            None, None, None, {"label": "NaN", "text": "f"}]
+    assert decode(lines, array_keys=("text",), scalars=True) == want
+    assert [reference_scalars(line, KEYS, ("text",)) for line in lines] == want
+    assert decode(lines[:3]) == [None, None, None]  # without scalars: strings only
+
+
+def random_scalar_lines(seed: int, count: int) -> list[str]:
+    """Random objects whose label, text and tags are strings, numbers, booleans, null,
+    objects or lists of those."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(count):
+        obj = random_object(rng)
+        for key in ("label", "text", "tags"):
+            if rng.random() < 0.6:
+                obj[key] = (random_junk(rng, 2) if rng.random() < 0.7 else
+                            [random_junk(rng, 3) for _ in range(rng.randrange(3))])
+        line = json.dumps(obj, ensure_ascii=rng.random() < 0.5,
+                          separators=rng.choice(SEPARATORS))
+        lines.append(line)
+    return lines
+
+
+def test_scalars_match_json_loads_on_random_objects():
+    lines = random_scalar_lines(seed=11, count=400)
+    rng = random.Random(12)
+    lines += [mutate(rng, line) for line in lines[:200]]
+    keys = ("label", "text", "tags")
+    expected = [reference_scalars(line, keys, ("tags",)) for line in lines]
+    assert 0.2 < sum(row is None for row in expected) / len(lines) < 0.8
+    assert decode(lines, keys, array_keys=("tags",), scalars=True) == expected
+    assert decode_full(lines, keys, array_keys=("tags",), scalars=True) == expected
+
+
+def test_object_keys_give_the_objects_json_text():
+    lines = ['{"meta": {"body": "x", "n": [1, {"k": "v"}]}, "label": "a"}',
+             '{"label": "b", "meta": { "body" : "y" } }', '{"label": "c", "meta": "flat"}',
+             '{"label": "d"}', '{"meta": {}, "label": "e", "x": {"meta": "no"}}']
+    want = [{"meta": '{"body": "x", "n": [1, {"k": "v"}]}', "label": "a"},
+            {"meta": '{ "body" : "y" } ', "label": "b"}, None, None,
+            {"meta": "{}", "label": "e"}]
+    assert decode(lines, ("meta", "label"), object_keys=("meta",)) == want
+    assert decode_full(lines, ("meta", "label"), object_keys=("meta",)) == want
+    with pytest.raises(ValueError, match="object_keys"):
+        decode_fields(tf.constant(["{}"]), ["a"], object_keys=["b"])
+
+
+def test_decode_paths_reads_keys_inside_objects():
+    lines = ['{"meta": {"body": "deep", "lang": {"code": 7}}, "label": 2}',
+             '{"label": 1, "meta": {"lang": {"code": "en"}, "body": ["a", "b"]}}',
+             '{"label": 1, "meta": {"body": "no code"}}',
+             '{"label": 1, "meta": "a string"}', '{"label": 1, "body": "top level"}',
+             '{"label": 3, "meta": {"body": "x", "lang": {"code": null}}}']
+    fields, ok = jsonl.decode_paths(tf.constant(lines), ["label", "meta.body",
+                                                          "meta.lang.code"],
+                                    array_paths=["meta.body"], scalars=True)
+    assert ok.numpy().tolist() == [True, True, False, False, False, False]
+    assert {k: v.numpy().tolist() for k, v in fields.items()} == {
+        "label": [b"2", b"1", b"", b"", b"", b""],
+        "meta.body": [b"deep", b"a b", b"", b"", b"", b""],
+        "meta.lang.code": [b"7", b"en", b"", b"", b"", b""]}
+    with pytest.raises(ValueError, match="'meta' is named both as a key and as an object"):
+        jsonl.decode_paths(tf.constant(lines), ["meta", "meta.body"])

@@ -1,8 +1,10 @@
 """--format=tfrecord (tf.train.Example) and --format=jsonl: reading, parsing, counted drops."""
 
+import glob
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -69,8 +71,8 @@ def test_tfrecord_rows_bytes_int64_and_lists_joined(tmp_path):
     assert got == [{"label": "3", "text": "hello world"}, {"label": "-1", "text": "EU rejects"},
                    {"label": "0", "text": "caf\u00e9 \u65e5\u672c"}]
     assert counter.drops() == {"malformed": 1, "invalid_utf8": 0, "empty_text": 1}
-    assert formats.drop_examples([path], fmt) == [f"{path}: record 3: malformed",
-                                                  f"{path}: record 4: empty_text"]
+    assert formats.drop_examples([path], fmt) == [
+        f"{path}: record 3: malformed (no feature 'text')", f"{path}: record 4: empty_text"]
 
 
 def test_tfrecord_gzip_several_files_and_shards(tmp_path):
@@ -182,7 +184,7 @@ def test_jsonl_rows_tricky_lines_and_four_kinds_of_bad_line_named(tmp_path):
         '{"meta": {"label": "no", "text": "no"}, "label": "b", "text": "\\ud83d\\ude00 ok"}',
         '["not", "an", "object"]',                   # not an object
         '{"label": "c"}',                              # lacks text
-        '{"label": 3, "text": "number label"}',        # non-string value
+        '{"label": {"id": 3}, "text": "object label"}',  # an object value
         '{"label": "d", "text": "cut',                 # truncated
         json.dumps({"label": "e", "text": "\u65e5\u672c\u8a9e"}, ensure_ascii=False),
     ]
@@ -198,7 +200,10 @@ def test_jsonl_rows_tricky_lines_and_four_kinds_of_bad_line_named(tmp_path):
                    {"label": "e", "text": "\u65e5\u672c\u8a9e"}]
     assert counter.drops()["malformed"] == 4
     assert formats.drop_examples([str(path)], fmt) == [
-        f"{path}:{n}: malformed" for n in (3, 4, 5, 6)]
+        f"{path}:3: malformed (not a JSON object: a list)",
+        f"{path}:4: malformed (missing key 'text')",
+        f"{path}:5: malformed ('label' is an object, expected a string, a number or a list)",
+        f"{path}:6: malformed (not valid JSON: Unterminated string starting at column 24)"]
     texts = formats.text_column(str(path), format="jsonl", columns=["label", "text"])
     assert [t.decode() for t in texts.as_numpy_iterator()] == [
         'caf\u00e9 "quoted"\\path', "\U0001F600 ok", "\u65e5\u672c\u8a9e"]
@@ -221,7 +226,8 @@ def test_jsonl_bad_utf8_is_counted_as_invalid_utf8_and_a_raw_nul_as_malformed(tm
     assert got == [{"label": "a", "text": "ok \u00e9"}, {"label": "f", "text": "\u65e5"}]
     assert counter.drops() == {"empty_text": 0, "invalid_utf8": 3, "malformed": 1}
     assert formats.drop_examples([str(path)], fmt) == [
-        f"{path}:2: invalid_utf8", f"{path}:3: invalid_utf8", f"{path}:4: malformed",
+        f"{path}:2: invalid_utf8", f"{path}:3: invalid_utf8",
+        f"{path}:4: malformed (not valid JSON: Invalid control character at column 29)",
         f"{path}:5: invalid_utf8"]
 
 
@@ -327,4 +333,40 @@ def test_a_new_format_is_one_class(tmp_path, monkeypatch):
             for r in formats.read_rows([str(path)], fmt, counter).as_numpy_iterator()]
     assert rows == [{"label": [b"pos", b"neg"], "text": [b"good film", b"dull"]}]
     assert counter.drops()["malformed"] == 1
-    assert formats.drop_examples([str(path)], fmt) == [f"{path}:2: malformed"]
+    assert formats.drop_examples([str(path)], fmt) == [f"{path}:2: malformed"]  # no detail
+
+
+# ----------------------------------------------------------------------------- one home
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NAMED = r"""["'](?:tsv|csv|conll|jsonl|tfrecord|parquet)["']"""
+_AMBIGUOUS = r"""["'](?:text|pair)["']"""  # also column names: flagged beside "format"/"fmt"
+
+
+def _branch(name: str) -> str:
+    return rf"(?:==|!=)\s*{name}|{name}\s*(?:==|!=)|\bin\s*[(\[{{][^)\]}}\n]*{name}"
+
+
+def branches_on_a_format(line: str) -> bool:
+    """Whether a line of code compares a format's name, or asks ``binary``."""
+    return bool(re.search(r"\.binary\b", line) or re.search(_branch(_NAMED), line)
+                or (re.search(r"format|fmt", line) and re.search(_branch(_AMBIGUOUS), line)))
+
+
+def test_only_tfseq_formats_branches_on_a_format_name():
+    """What a format implies is asked of its class (``formats.format_of``), never decided by
+    comparing its name outside ``tfseq/formats/``."""
+    assert branches_on_a_format('    if fmt.format == "tfrecord":')
+    assert branches_on_a_format("    if kind in ('csv', 'jsonl', 'tfrecord'):")
+    assert branches_on_a_format('    field = "text" if row_format.format == "text" else x')
+    assert branches_on_a_format("    must_check = formats.format_of(f).binary")
+    assert not branches_on_a_format('    if name == "text":')
+    found = []
+    for top in ("tfseq", "pipelines", "scripts"):
+        for path in sorted(glob.glob(os.path.join(ROOT, top, "**", "*.py"), recursive=True)):
+            if os.sep + os.path.join("tfseq", "formats") + os.sep in path:
+                continue
+            with open(path, encoding="utf-8") as f:
+                found += [f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}"
+                          for n, line in enumerate(f, 1) if branches_on_a_format(line)]
+    assert found == []

@@ -44,7 +44,7 @@ def test_conll_sentences_blank_lines_last_sentence_skips_and_a_malformed_line(tm
     assert rows["token"].numpy().tolist() == [b"EU rejects German", b"", b"last one"]
     assert rows["tag"].numpy().tolist() == [b"B-ORG O B-MISC", b"", b"O O"]
     assert formats.drop_examples([str(path)], fmt) == [
-        f"{path}:10: malformed (5 fields, --columns names 3)"]
+        f"{path}:10: malformed (5 fields, expected 3)"]
 
 
 def write_tagged(path, sentences, conll=True):

@@ -87,7 +87,8 @@ def test_read_rows_counts_every_drop_and_names_file_lines(tmp_path):
     assert counter.seen()["lines_read"] == 5
     assert counter.drops() == {"malformed": 1, "invalid_utf8": 1, "empty_text": 1}
     assert formats.drop_examples([str(path)], fmt) == [
-        f"{path}:3: invalid_utf8", f"{path}:4: empty_text", f"{path}:5: malformed"]
+        f"{path}:3: invalid_utf8", f"{path}:4: empty_text",
+        f"{path}:5: malformed (a quoted field that does not close)"]
 
 
 def test_eval_percent_hold_out_is_a_stable_partition(tmp_path):
@@ -139,7 +140,8 @@ def test_classify_datasets_on_tsv_labels_drops_and_unknown_eval_label(classify_t
     assert data.counters["train"].drops()["malformed"] == 1
     assert data.counters["train"].drops()["empty_text"] == 1
     assert data.counters["eval"].drops()["unknown_label"] == 1
-    assert data.drop_examples(5) == [f"{train}:302: malformed", f"{train}:303: empty_text"]
+    assert data.drop_examples(5) == [f"{train}:302: malformed (1 field, expected 2)",
+                                     f"{train}:303: empty_text"]
 
 
 @pytest.mark.slow
@@ -221,7 +223,7 @@ def test_binary_classify_tsv_end_to_end(tmp_path, classify_tsv):
     report = json.loads((run / "report.json").read_text())
     assert report["counters"]["train"]["drops"]["malformed"] == 1
     assert report["counters"]["eval"]["drops"]["unknown_label"] == 1
-    assert report["drop_examples"][0] == f"{train_file}:302: malformed"
+    assert report["drop_examples"][0] == f"{train_file}:302: malformed (1 field, expected 2)"
     majority = report["baselines"]["majority-class"]
     assert report["history"][-1]["eval_accuracy"] > 0.8 > majority + 0.4
 

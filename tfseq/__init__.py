@@ -23,7 +23,7 @@ from tfseq.batching import Batching, pad_batch  # Batching: the pad | bucket | p
 from tfseq._common import pipeline_options, unbatch
 from tfseq.stats import BatchStats, DropCounter, default_counter, step_efficiency
 from tfseq.corpus import corpus_path
-from tfseq import formats  # user files: tsv / csv / text / conll rows with named columns
+from tfseq import formats  # user files: tsv / csv / text / conll / jsonl / tfrecord / parquet rows
 from tfseq.sampling import Reservoir
 from tfseq.model_inputs import ModelFeatures
 

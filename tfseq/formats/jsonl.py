@@ -1,4 +1,16 @@
-"""Named top-level string fields from JSON Lines, decoded in graph with vectorized ops.
+"""``--format=jsonl``: one JSON object per line, columns by key, decoded in the graph with
+vectorized ops (``decode_fields``).
+
+    {"text": "a \\u00e9", "label": "x"}   --format=jsonl --columns=label,text  (keys by name)
+
+Keys in any order, other keys ignored; ``--columns=label=category,text=meta.body`` reads the
+key ``category`` as the column ``label`` and the key ``body`` of the object under ``meta`` as
+``text`` (``decode_paths``). A number, ``true`` or ``false`` is read as its text (``"label":
+2`` -> ``"2"``), an array of strings or numbers is joined by spaces. A line that is not an
+object, lacks a named key or holds null, an object or a list of those for it is ``malformed``,
+and ``drop_examples`` says which (``json_problem``: ``missing key 'text'``, ``'label' is an
+object, expected a string, a number or a list``). The held-out hash of a JSON line is
+that of its named columns joined by tabs, so the same rows split alike in every format.
 
 Shapes: n = lines in a batch, K = number of keys, F = JSON tokens in the whole batch.
 
@@ -49,11 +61,15 @@ Differences from ``json.loads`` (the tests cross-check everything else against i
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import tensorflow as tf
 
-__all__ = ["decode_fields"]
+from tfseq.errors import InputError
+from tfseq.filtering import valid_utf8
+from tfseq.formats.base import Format, RowFormat, mapped_keys, named_columns_key
+
+__all__ = ["decode_fields", "decode_paths", "JsonLines"]
 
 # Token kinds. ``_END`` stands for "no next token" (after a line's last token), ``_SPACE`` for
 # whitespace that follows no valid token (at the start of a line, or after an error): dropped.
@@ -78,6 +94,7 @@ _TOKEN_RE = (f"^{_SPACE_RE}+|(?:{_STRING_RE}|{_PUNCT_RE}|{_LITERAL_CHARS_RE}){_S
 _SCALAR_RE = (r"(?:-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
               r"|true|false|null|NaN|-?Infinity)")
 _LITERAL_RE = f"{_SCALAR_RE}{_SPACE_RE}*"
+_BARE_VALUE_RE = _SCALAR_RE.replace("|null", "")  # what ``scalars`` reads as text: not null
 
 # A flat object: '{', "key": value pairs whose values are strings or bare values (no object or
 # array), '}', whitespace where JSON allows it. json.loads and the full path accept every line
@@ -145,31 +162,46 @@ _SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\
 _ESCAPE_TABLE = [ord(_SIMPLE_ESCAPES.get(chr(i), "\0")) for i in range(128)]
 
 
-def decode_fields(lines: tf.Tensor, keys: Sequence[str], *,
-                  array_keys: Sequence[str] = ()) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+class _Request(NamedTuple):
+    """What ``decode_fields`` is asked: the keys, and which of them take arrays, objects or
+    bare values."""
+
+    keys: tuple[str, ...]
+    array_keys: frozenset
+    object_keys: frozenset
+    scalars: bool
+
+
+def decode_fields(lines: tf.Tensor, keys: Sequence[str], *, array_keys: Sequence[str] = (),
+                  object_keys: Sequence[str] = (), scalars: bool = False
+                  ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
     """lines tf.string [n] (one JSON text per line, no trailing newline) -> ({key: tf.string
     [n]}, ok bool [n]).
 
     ``out[key][i]`` is the string value of ``key`` at the top level of line ``i``, decoded as
     ``json.loads`` decodes it and encoded as UTF-8; for a key in ``array_keys`` the value may
-    also be an array of strings, whose decoded elements are joined by single spaces. ``ok[i]``
-    is False, and every ``out[key][i]`` is ``""``, when line ``i`` is not one valid JSON
-    object, lacks one of ``keys`` at its top level, or holds a value of another type there
-    (see the module docstring for the exact rules). Works eagerly, in ``tf.function`` and in
-    ``tf.data`` maps, for any ``n`` including 0.
+    also be an array of strings, whose decoded elements are joined by single spaces. With
+    ``scalars``, a number, ``true`` or ``false`` (also as an array element) is read as its
+    JSON text (``2`` -> ``"2"``, ``-1.5e3`` -> ``"-1.5e3"``); ``null`` never is. For a key in
+    ``object_keys`` the value must be an object, read as its JSON text (to decode again:
+    ``decode_paths``). ``ok[i]`` is False, and every ``out[key][i]`` is ``""``, when line
+    ``i`` is not one valid JSON object, lacks one of ``keys`` at its top level, or holds a
+    value of another type there (see the module docstring for the exact rules). Works
+    eagerly, in ``tf.function`` and in ``tf.data`` maps, for any ``n`` including 0.
     """
-    lines, keys, array_keys = _arguments(lines, keys, array_keys)
+    lines, request = _arguments(lines, keys, array_keys, object_keys, scalars)
+    keys = request.keys
     # Flat lines without a backslash (most) are found by one regex, the others by a second.
     is_plain = tf.strings.regex_full_match(lines, _FLAT_PLAIN_RE)
     not_plain = tf.where(~is_plain)
     is_flat = tf.tensor_scatter_nd_update(is_plain, not_plain, tf.strings.regex_full_match(
         tf.gather_nd(lines, not_plain), _FLAT_RE))
-    values, update_index, updates, ok = _decode_flat(lines, is_flat, is_plain, keys)
+    values, update_index, updates, ok = _decode_flat(lines, is_flat, is_plain, request)
     # The full path only on the lines that are not flat, and not at all when there are none.
     other = tf.where(~is_flat)
 
     def full_path():
-        fields, other_ok = _decode_full(tf.gather_nd(lines, other), keys, array_keys)
+        fields, other_ok = _decode_full(tf.gather_nd(lines, other), request)
         return [fields[key] for key in keys], other_ok
 
     def nothing():
@@ -182,24 +214,62 @@ def decode_fields(lines: tf.Tensor, keys: Sequence[str], *,
     return fields, tf.tensor_scatter_nd_update(ok, other, other_ok)
 
 
-def _decode_full_path(lines: tf.Tensor, keys: Sequence[str], *, array_keys: Sequence[str] = ()
+def decode_paths(lines: tf.Tensor, paths: Sequence[str], *, array_paths: Sequence[str] = (),
+                 scalars: bool = False) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+    """``decode_fields`` for keys given as dotted paths: ``"meta.body"`` is the ``body`` key of
+    the object that is the value of the top-level key ``meta`` (a key holding a dot cannot be
+    named). Each level of nesting decodes the objects' JSON text again, so a nested key costs
+    about one more decode of its objects; paths without a dot cost nothing more.
+
+    Raises:
+      ValueError: a path that is also the head of another (``meta`` and ``meta.body``).
+    """
+    paths = tuple(dict.fromkeys(paths))
+    leaves = [p for p in paths if "." not in p]
+    nested: dict[str, list[str]] = {}
+    for path in paths:
+        if "." in path:
+            head, rest = path.split(".", 1)
+            nested.setdefault(head, []).append(rest)
+    both = sorted(set(leaves) & set(nested))
+    if both:
+        raise ValueError(f"{both[0]!r} is named both as a key and as an object holding "
+                         f"{nested[both[0]][0]!r}")
+    fields, ok = decode_fields(lines, leaves + list(nested),
+                               array_keys=[p for p in leaves if p in array_paths],
+                               object_keys=list(nested), scalars=scalars)
+    out = {p: fields[p] for p in leaves}
+    for head, rests in nested.items():
+        inner, inner_ok = decode_paths(
+            fields[head], rests, scalars=scalars,
+            array_paths=[p.split(".", 1)[1] for p in array_paths if p.startswith(head + ".")])
+        ok &= inner_ok
+        out.update({f"{head}.{rest}": value for rest, value in inner.items()})
+    if nested:  # a line that fails at any level has every field ""
+        out = {p: tf.where(ok, v, "") for p, v in out.items()}
+    return {p: out[p] for p in paths}, ok
+
+
+def _decode_full_path(lines: tf.Tensor, keys: Sequence[str], *, array_keys: Sequence[str] = (),
+                      object_keys: Sequence[str] = (), scalars: bool = False
                       ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
     """``decode_fields`` with every line on the full path (for tests: both paths agree)."""
-    return _decode_full(*_arguments(lines, keys, array_keys))
+    return _decode_full(*_arguments(lines, keys, array_keys, object_keys, scalars))
 
 
-def _arguments(lines, keys, array_keys) -> tuple[tf.Tensor, tuple[str, ...], set[str]]:
+def _arguments(lines, keys, array_keys, object_keys, scalars) -> tuple[tf.Tensor, _Request]:
     keys = tuple(dict.fromkeys(keys))
-    extra = set(array_keys) - set(keys)
-    if extra:
-        raise ValueError(f"array_keys {sorted(extra)} are not in keys {list(keys)}")
-    return tf.ensure_shape(tf.convert_to_tensor(lines, tf.string), [None]), keys, set(array_keys)
+    for name, subset in (("array_keys", array_keys), ("object_keys", object_keys)):
+        extra = set(subset) - set(keys)
+        if extra:
+            raise ValueError(f"{name} {sorted(extra)} are not in keys {list(keys)}")
+    return (tf.ensure_shape(tf.convert_to_tensor(lines, tf.string), [None]),
+            _Request(keys, frozenset(array_keys), frozenset(object_keys), bool(scalars)))
 
 
-def _decode_full(lines: tf.Tensor, keys: Sequence[str], array_keys: set[str]
-                 ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+def _decode_full(lines: tf.Tensor, request: _Request) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
     """The full path (steps 1-5 of the module docstring): any line."""
-    return _extract(_analyse(_lex(lines)), keys, array_keys)
+    return _extract(_analyse(_lex(lines)), request)
 
 
 # --- the fast path for flat objects -----------------------------------------------------------
@@ -210,8 +280,8 @@ def _key_spellings(key: str) -> list[str]:
 
 
 def _decode_flat(lines: tf.Tensor, is_flat: tf.Tensor, is_plain: tf.Tensor,
-                 keys: Sequence[str]) -> tuple[list[tf.Tensor], list[tf.Tensor],
-                                               list[tf.Tensor], tf.Tensor]:
+                 request: _Request) -> tuple[list[tf.Tensor], list[tf.Tensor],
+                                             list[tf.Tensor], tf.Tensor]:
     """The fast path: ``decode_fields`` for the lines that match ``_FLAT_RE`` (``is_flat``;
     ``is_plain``: they match ``_FLAT_PLAIN_RE``). Returns ([value tf.string [n] per key],
     [update indices int64 [u, 1] per key], [update tf.string [u] per key], ok bool [n]): a
@@ -223,7 +293,10 @@ def _decode_flat(lines: tf.Tensor, is_flat: tf.Tensor, is_plain: tf.Tensor,
     before it ends with an odd number of backslashes (a backslash is always in a string in a
     flat line, and each escape there is two characters). Pieces joined again across escaped
     quotes are the line's *tokens*: token 2j+1 is the content of its j-th string, which is a
-    key iff token 2j+2 starts with ':', with a string value (token 2j+3) iff it is just ':'."""
+    key iff token 2j+2 starts with ':', with a string value (token 2j+3) iff it is just ':',
+    else with the bare value between the ':' and the ',' or '}' that token holds. A key of
+    ``object_keys`` fails a flat line (its value cannot be an object there)."""
+    keys = request.keys
     num_keys = len(keys)
     if not num_keys:
         return [], [], [], is_flat
@@ -273,14 +346,24 @@ def _decode_flat(lines: tf.Tensor, is_flat: tf.Tensor, is_plain: tf.Tensor,
     last_key = tf.maximum(tf.math.unsorted_segment_max(
         tf.range(tf.size(key_pos, tf.int64)), key_id * n + tf.gather(token_row, key_pos),
         num_keys * n), -1) + 1  # 0: none
-    is_string = tf.gather(tf.concat([[False], tf.equal(tf.gather(after, is_key), ":")], axis=0),
-                          last_key)
+    slot_after = tf.gather(tf.concat([[""], tf.gather(after, is_key)], axis=0), last_key)
+    value_slot = last_key > 0
+    if request.object_keys:
+        value_slot &= tf.repeat(tf.constant([key not in request.object_keys for key in keys]),
+                                n)
+    is_string = value_slot & tf.equal(slot_after, ":")
     value_pos = tf.where(is_string,
                          tf.gather(tf.concat([[0], key_pos + 2], axis=0), last_key), 0)
     # Strings of lines with a backslash are unescaped; unpaired surrogates fail their line.
     escapes = tf.where(tf.tile(escapable, [num_keys]) & is_string)[:, 0]
     decoded, decoded_ok = _unescape_contents(tf.gather(tokens, tf.gather(value_pos, escapes)))
     slot_ok = tf.tensor_scatter_nd_update(is_string, escapes[:, None], decoded_ok)
+    if request.scalars:
+        bare_slots, bare = _bare_values(slot_after, value_slot & ~is_string)
+        slot_ok = tf.tensor_scatter_nd_update(slot_ok, bare_slots[:, None],
+                                              tf.ones_like(bare_slots, tf.bool))
+        escapes = tf.concat([escapes, bare_slots], axis=0)
+        decoded = tf.concat([decoded, bare], axis=0)
     ok = tf.reduce_all(tf.reshape(slot_ok, tf.stack([num_keys, n])), axis=0)
     escape_line = escapes % tf.maximum(n, 1)
     keep = tf.where(tf.gather(ok, escape_line))[:, 0]
@@ -295,6 +378,17 @@ def _decode_flat(lines: tf.Tensor, is_flat: tf.Tensor, is_plain: tf.Tensor,
     return ([tf.gather(tokens, pos) for pos in values],
             [tf.concat([line[:, None], bad], axis=0) for line in lines_k],
             [tf.concat([text, no_values], axis=0) for text in decoded_k], ok)
+
+
+def _bare_values(slot_after: tf.Tensor, candidate: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """The slots (int64 [b]) whose value is a number, ``true`` or ``false``, and its text
+    (tf.string [b]), from the structure after each slot's key (``: 2,`` or ``: true}``; a flat
+    line holds nothing else there) for the ``candidate`` slots (bool [K*n])."""
+    slots = tf.where(candidate)[:, 0]
+    text = tf.strings.regex_replace(tf.gather(slot_after, slots),
+                                    f"^:{_SPACE_RE}*|{_SPACE_RE}*[,}}]$", "")
+    good = tf.strings.regex_full_match(text, _BARE_VALUE_RE)
+    return slots[good], text[good]
 
 
 def _join_escaped_quotes(pieces: tf.Tensor, piece_index: tf.Tensor, escaped: tf.Tensor,
@@ -432,12 +526,14 @@ def _token_text(tok: dict[str, tf.Tensor], pos: tf.Tensor) -> tf.Tensor:
     return tf.gather(tok["pieces"], tf.gather(tok["token_piece"], pos))
 
 
-def _extract(tok: dict[str, tf.Tensor], keys: Sequence[str], array_keys: set[str]
+def _extract(tok: dict[str, tf.Tensor], request: _Request
              ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
     """``decode_fields``'s result from the analysed tokens.
 
     Works on *slots*, one per (key, line): slot ``k * n + i`` for ``keys[k]`` in line ``i``.
-    A slot's *pieces* are its decoded string value or array elements."""
+    A slot's *pieces* are its decoded string value or array elements (bare values: their
+    text; an object of ``object_keys``: its JSON text)."""
+    keys, array_keys = request.keys, request.array_keys
     kind, row_ids = tok["kind"], tok["row_ids"]
     num_keys = len(keys)
     n = tf.size(tok["line_ok"], tf.int64)
@@ -451,26 +547,64 @@ def _extract(tok: dict[str, tf.Tensor], keys: Sequence[str], array_keys: set[str
     found_slot = tf.where(last_key >= 0)[:, 0]
     value_pos = tf.minimum(tf.gather(last_key, found_slot) + 2, tf.size(kind, tf.int64) - 1)
     value_kind = tf.gather(kind, value_pos)
-    is_string = tf.equal(value_kind, _STRING)
-    piece_pos, piece_slot = value_pos[is_string], found_slot[is_string]
-    bad_slots = [found_slot[~is_string]]
+    wants_object = tf.gather(tf.constant([key in request.object_keys for key in keys],
+                                         tf.bool), found_slot // n)
+    is_value = tf.equal(value_kind, _STRING)
+    if request.scalars:
+        is_value |= tf.equal(value_kind, _LITERAL) & tf.not_equal(
+            tf.strings.strip(_token_text(tok, value_pos)), "null")
+    is_value &= ~wants_object
+    piece_pos, piece_slot = value_pos[is_value], found_slot[is_value]
+    is_object = wants_object & tf.equal(value_kind, _OBJ_OPEN)
+    handled = is_value | is_object
+    bad_slots = []
     if array_keys:
         is_array = tf.equal(value_kind, _ARR_OPEN) & tf.gather(
             tf.constant([key in array_keys for key in keys]), found_slot // n)
-        bad_slots = [found_slot[~is_string & ~is_array]]
+        handled |= is_array
         element_pos, element_slot, bad_element_slot = _array_elements(
-            tok, value_pos[is_array], found_slot[is_array], n)
+            tok, value_pos[is_array], found_slot[is_array], n, request.scalars)
         piece_pos = tf.concat([piece_pos, element_pos], axis=0)
         piece_slot = tf.concat([piece_slot, element_slot], axis=0)
         bad_slots.append(bad_element_slot)
-    pieces, piece_ok = _unescape(_token_text(tok, piece_pos))
+    bad_slots.append(found_slot[~handled])
+    pieces, piece_ok = _piece_values(tok, piece_pos)
     bad_slots.append(piece_slot[~piece_ok])
+    if request.object_keys:
+        pieces = tf.concat([pieces, _object_texts(tok, value_pos[is_object])], axis=0)
+        piece_slot = tf.concat([piece_slot, found_slot[is_object]], axis=0)
     bad_slot = tf.concat(bad_slots, axis=0)
     slot_bad = tf.math.unsorted_segment_max(tf.ones_like(bad_slot, tf.int32), bad_slot,
                                             slots) > 0
     slot_ok = tf.reshape((last_key >= 0) & ~slot_bad, tf.stack([num_keys, n]))
     ok = tok["line_ok"] & tf.reduce_all(slot_ok, axis=0)
     return _join_pieces(pieces, piece_slot, ok, keys, array_keys), ok
+
+
+def _piece_values(tok: dict[str, tf.Tensor], pos: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """The values of the string and bare-value tokens at ``pos`` (int64 [m]): strings decoded
+    (``_unescape``), bare values as their text; and ok bool [m] (False: a lone surrogate)."""
+    raw = _token_text(tok, pos)
+    strings = tf.where(tf.equal(tf.gather(tok["kind"], pos), _STRING))
+    decoded, ok = _unescape(tf.gather_nd(raw, strings))
+    return (tf.tensor_scatter_nd_update(tf.strings.strip(raw), strings, decoded),
+            tf.tensor_scatter_nd_update(tf.ones_like(pos, tf.bool), strings, ok))
+
+
+def _object_texts(tok: dict[str, tf.Tensor], opener_pos: tf.Tensor) -> tf.Tensor:
+    """tf.string [m]: the JSON text of the top-level members' objects opened at
+    ``opener_pos`` (int64 [m]), from their opener to their closer.
+
+    Containers that are values of top-level keys ("members") come one after another in a
+    line: a token nested deeper (or a member's closer) belongs to the last member opened."""
+    kind, depth_before = tok["kind"], tok["depth_before"]
+    is_member = tf.gather(tf.constant(_IS_OPENER), kind) & tf.equal(depth_before, 1)
+    member_id = tf.cumsum(tf.cast(is_member, tf.int64)) - 1
+    inside = tf.where((is_member | (depth_before >= 2)) & (member_id >= 0))[:, 0]
+    texts = tf.strings.unsorted_segment_join(
+        _token_text(tok, inside), tf.gather(member_id, inside),
+        tf.reduce_sum(tf.cast(is_member, tf.int64)))
+    return tf.gather(texts, tf.gather(member_id, opener_pos))
 
 
 def _join_pieces(pieces: tf.Tensor, piece_slot: tf.Tensor, ok: tf.Tensor,
@@ -502,9 +636,10 @@ def _join_pieces(pieces: tf.Tensor, piece_slot: tf.Tensor, ok: tf.Tensor,
 
 
 def _array_elements(tok: dict[str, tf.Tensor], array_pos: tf.Tensor, array_slot: tf.Tensor,
-                    n: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+                    n: tf.Tensor, scalars: bool) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """The direct elements of the top-level arrays at token positions ``array_pos``: (string
-    element positions, their slots, slots with a non-string element), all int64 [?].
+    element positions (with ``scalars``, bare values too), their slots, slots with another
+    element), all int64 [?].
 
     Containers that are values of top-level keys ("members") come one after another in a
     line, so the last member opener before a deeper token is the member holding it."""
@@ -521,8 +656,12 @@ def _array_elements(tok: dict[str, tf.Tensor], array_pos: tf.Tensor, array_slot:
     # In a broken line the member found may lie in an earlier line: keep slots within the line.
     mine = (slot >= 0) & tf.equal(slot % n, tf.gather(row_ids, element_pos))
     element_pos, slot = element_pos[mine], slot[mine]
-    is_string = tf.equal(tf.gather(kind, element_pos), _STRING)
-    return element_pos[is_string], slot[is_string], slot[~is_string]
+    element_kind = tf.gather(kind, element_pos)
+    is_value = tf.equal(element_kind, _STRING)
+    if scalars:
+        is_value |= tf.equal(element_kind, _LITERAL) & tf.not_equal(
+            tf.strings.strip(_token_text(tok, element_pos)), "null")
+    return element_pos[is_value], slot[is_value], slot[~is_value]
 
 
 # --- unescaping -------------------------------------------------------------------------------
@@ -611,3 +750,87 @@ def _unescape_escaped(inner: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     lone = (is_high & ~paired_high) | (is_low & ~paired_low)
     bad = tf.math.unsorted_segment_max(tf.cast(lone, tf.int32), piece_row, rows) > 0
     return decoded, ~bad
+
+
+# --- the format -------------------------------------------------------------------------------
+
+class JsonLines(Format):
+    """One JSON object per line, columns by key (``decode_paths``): a number, ``true`` or
+    ``false`` is read as its text, an array of them or of strings is joined by spaces."""
+
+    name, extensions, named_fields, maps_keys = "jsonl", (".jsonl", ".ndjson"), True, True
+
+    def row_format(self, files, columns, keys, header):
+        named = [(n, k) for n, k in zip(columns, keys) if n != "_"]
+        heads = {k.split(".", 1)[0] for _, k in named if "." in k}
+        both = [k for _, k in named if k in heads]
+        if both:
+            raise InputError(f"--columns names the key {both[0]!r} and keys inside it; read "
+                             "either the key or keys inside it")
+        return RowFormat(self.name, tuple(columns), bool(header),
+                         keys=mapped_keys(columns, keys))
+
+    def parse(self, records, fmt):
+        fields, ok = decode_paths(records, fmt.file_keys, array_paths=fmt.file_keys,
+                                  scalars=True)
+        return {name: fields[key] for name, key in zip(fmt.names, fmt.file_keys)}, ok
+
+    def bad_utf8(self, records, row, ok):
+        # A line decode_fields accepts is valid UTF-8 (its string literals admit only valid
+        # UTF-8, the rest of it only ASCII): only the lines it fails are checked, so the one
+        # full pass over every line is the decoder's own.
+        failed = tf.where(tf.logical_not(ok))
+        return tf.scatter_nd(failed, tf.logical_not(valid_utf8(tf.gather_nd(records, failed))),
+                             tf.shape(ok, out_type=tf.int64))
+
+    def hold_out_keys(self, records, row, fmt):
+        return named_columns_key(row, fmt)
+
+    def malformed_detail(self, record, fmt):
+        return json_problem(record, fmt.file_keys)
+
+
+def json_problem(line: bytes, keys: Sequence[str]) -> str | None:
+    """What keeps ``decode_paths(..., array_paths=keys, scalars=True)`` from reading ``keys``
+    (dotted paths) out of ``line``, in words, from ``json.loads`` (the decoder's reference):
+    ``not valid JSON: ...``, ``not a JSON object: a list``, ``missing key 'text'``, ``'label'
+    is an object, expected a string, a number or a list``; ``None`` if it reads them."""
+    try:
+        value = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "not UTF-8"
+    except ValueError as e:
+        message = str(getattr(e, "msg", e)).removesuffix(" at")
+        return f"not valid JSON: {message} at column {getattr(e, 'colno', '?')}"
+    if not isinstance(value, dict):
+        return f"not a JSON object: {_json_type(value)}"
+    for key in keys:
+        node, path = value, []
+        for part in key.split("."):
+            if not isinstance(node, dict):
+                return f"{'.'.join(path)!r} is {_json_type(node)}, expected an object"
+            if part not in node:
+                return f"missing key {key!r}"
+            node = node[part]
+            path.append(part)
+        if node is None or isinstance(node, dict):
+            return f"{key!r} is {_json_type(node)}, expected a string, a number or a list"
+        for element in node if isinstance(node, list) else [node]:
+            if element is None or isinstance(element, (dict, list)):
+                return (f"{key!r} is a list holding {_json_type(element)}, expected strings "
+                        "or numbers")
+            if isinstance(element, str):
+                try:
+                    element.encode("utf-8")
+                except UnicodeEncodeError:
+                    return f"{key!r} holds a lone surrogate escape"
+    return None
+
+
+def _json_type(value) -> str:
+    """``json.loads``' value -> its JSON type with an article (``"a list"``, ``"null"``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {dict: "an object", list: "a list", str: "a string"}.get(type(value), "a number")
