@@ -37,6 +37,11 @@ class TextConfig:
     # A mixture: each train_files entry is one source, at these weights (or by temperature).
     train_weights: tuple[float, ...] = ()
     mix_temperature: float | None = None
+    # Per source (aligned with train_files; a ``--sources`` file): its format, columns and
+    # header; None / () / None: the run's own format, columns and header.
+    source_formats: tuple[str | None, ...] = ()
+    source_columns: tuple[tuple[str, ...], ...] = ()
+    source_headers: tuple[bool | None, ...] = ()
     eval_files: tuple[str, ...] = ()       # empty: hold out eval_percent of train_files
     format: str | None = None              # tsv|csv|text|conll|jsonl|tfrecord; None: extension
     columns: tuple[str, ...] = ()          # field names in order ("_" skips); (): the task's
@@ -76,6 +81,10 @@ class TextConfig:
                 raise InputError(f"{name} must be a positive int; received {value!r}")
         if self.train_weights or self.mix_temperature is not None:
             self._check_mixture()
+        for name in ("source_formats", "source_columns", "source_headers"):
+            if getattr(self, name) and len(getattr(self, name)) != len(self.train_files):
+                raise InputError(f"{name}: {len(getattr(self, name))} entries for "
+                                 f"{len(self.train_files)} training sources")
         if list(self.boundaries) != sorted(set(self.boundaries)) or any(
                 b < 1 for b in self.boundaries):
             raise InputError(f"boundaries must be ascending positive ints; received "

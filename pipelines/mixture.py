@@ -24,6 +24,7 @@ holds what a mixture is made of: its entries, weights and per-source configs.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 from tfseq import formats
@@ -76,16 +77,91 @@ def source_configs(config) -> list:
       InputError: pairs whose ``target_files`` entries do not match ``source_files`` one to
         one.
     """
-    plain = dict(train_weights=(), mix_temperature=None)
+    plain = dict(train_weights=(), mix_temperature=None, source_formats=(),
+                 source_columns=(), source_headers=())
     if not pairs(config):
-        return [dataclasses.replace(config, train_files=(glob,), **plain)
-                for glob in config.train_files]
+        return [dataclasses.replace(config, train_files=(glob,), **plain, **own(config, i))
+                for i, glob in enumerate(config.train_files)]
     if len(config.target_files) != len(config.source_files):
         raise InputError(f"A mixture of pairs: {len(config.source_files)} --source_files "
                          f"entries but {len(config.target_files)} --target_files entries; "
                          "give one target glob per weighted source glob")
     return [dataclasses.replace(config, source_files=(s,), target_files=(t,), **plain)
             for s, t in zip(config.source_files, config.target_files)]
+
+
+def own(config, i: int) -> dict:
+    """Source ``i``'s own settings (``--sources``): its format, columns and header where it
+    gives them."""
+    out = {}
+    if config.source_formats and config.source_formats[i]:
+        out["format"] = config.source_formats[i]
+    if config.source_columns and config.source_columns[i]:
+        out["columns"] = tuple(config.source_columns[i])
+    if config.source_headers and config.source_headers[i] is not None:
+        out["header"] = bool(config.source_headers[i])
+    return out
+
+
+def read_sources_file(path: str) -> dict:
+    """The ``Config`` fields of a ``--sources`` file (docs/sources.md): ``train_files`` and,
+    per source, its weight, format, columns and header.
+
+    The file is JSON: ``{"sources": [{"files": GLOB or [GLOBS], "weight": W, "format": F,
+    "columns": "a,b" or [...], "header": true}, ...], "temperature": T}``; every key but
+    ``files`` optional (weights: all or none; ``temperature`` instead of weights).
+
+    Raises:
+      InputError: an unreadable file, or an entry that does not say what it means (naming
+        the entry and the key).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputError(f"--sources={path}: {e}") from None
+    entries = data.get("sources") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise InputError(f"--sources={path}: expected {{\"sources\": [{{\"files\": ...}}, "
+                         "...]}")
+    known = {"files", "weight", "format", "columns", "header"}
+    files, weights, kinds, columns, headers = [], [], [], [], []
+    for i, entry in enumerate(entries):
+        where = f"--sources={path}: source {i + 1}"
+        if not isinstance(entry, dict) or "files" not in entry:
+            raise InputError(f"{where}: an object with \"files\" (a glob or a list of globs)")
+        unknown = sorted(set(entry) - known)
+        if unknown:
+            raise InputError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+        globs = entry["files"] if isinstance(entry["files"], list) else [entry["files"]]
+        if not globs or not all(isinstance(g, str) and g for g in globs):
+            raise InputError(f"{where}: \"files\" must be a glob or a list of globs")
+        files.append(",".join(os.path.abspath(g) for g in globs))
+        if "weight" in entry:
+            if not isinstance(entry["weight"], (int, float)) or not entry["weight"] > 0:
+                raise InputError(f"{where}: \"weight\" must be a positive number")
+            weights.append(float(entry["weight"]))
+        kinds.append(entry.get("format"))
+        cols = entry.get("columns", ())
+        columns.append(tuple(c.strip() for c in (cols.split(",") if isinstance(cols, str)
+                                                 else cols)))
+        headers.append(entry.get("header"))
+    if weights and len(weights) != len(entries):
+        raise InputError(f"--sources={path}: give every source a \"weight\", or none")
+    if len(entries) == 1:  # one source: its settings are the run's
+        own_settings = {"format": kinds[0], "columns": columns[0], "header": headers[0]}
+        return {"train_files": (files[0],),
+                **{k: v for k, v in own_settings.items() if v not in (None, ())}}
+    out = {"train_files": tuple(files), "source_formats": tuple(kinds),
+           "source_columns": tuple(columns), "source_headers": tuple(headers)}
+    if len(entries) > 1:
+        if weights:
+            out["train_weights"] = tuple(weights)
+        elif data.get("temperature") is not None:
+            out["mix_temperature"] = float(data["temperature"])
+        else:
+            out["mix_temperature"] = 1.0  # in proportion to the sources' records
+    return out
 
 
 def names(config) -> list[str]:

@@ -54,6 +54,9 @@ FLAGS_TABLE: dict[str, Flag] = {
                         "Several corpora at set proportions: GLOB@WEIGHT entries, e.g. "
                         "'news/*.tsv@0.7,web/*.tsv.gz@0.3' (each entry a source, mixed "
                         "exactly).", [], field="train_files"),
+    "sources": Flag("string", "A JSON file of training sources, each with its own files, "
+                    "weight, format, columns and header (docs/sources.md): the general form of "
+                    "--train_files='a.jsonl@0.7,b.tsv@0.3'."),
     "mix_temperature": Flag("float", "Each --train_files entry a source, weighted by its "
                             "records ** (1/T): 1 in proportion to size, higher evens them out.",
                             field="mix_temperature"),
@@ -141,11 +144,15 @@ VALIDATORS = {"block_length": _positive_ints("block_length", ": one (128) or sev
               "boundaries": _positive_ints("boundaries", ", e.g. 16,32,64"),
               "learning_rate": (lambda v: v is None or v > 0, "--learning_rate must be > 0")}
 # The input flags every command that reads a task's files shares.
-INPUT_FLAGS = ("task", "files", "train_files", "format", "columns", "header", "batching",
-               "batch_size", "max_tokens", "max_length", "block_length", "boundaries")
+INPUT_FLAGS = ("task", "files", "train_files", "sources", "format", "columns", "header",
+               "batching", "batch_size", "max_tokens", "max_length", "block_length",
+               "boundaries")
 CONFIG_FLAGS = {name: flag.field for name, flag in FLAGS_TABLE.items() if flag.field}
 FLAG_OF_FIELD = {field: name for name, field in CONFIG_FLAGS.items()}
 FLAG_OF_FIELD["train_weights"] = "train_files weights"
+FLAG_OF_FIELD.update(source_formats="sources (their formats)",
+                     source_columns="sources (their columns)",
+                     source_headers="sources (their headers)")
 PATH_FLAGS = ("files", "train_files", "eval_files", "source_files", "target_files", "vocab",
               "keras_hub", "model_dir")
 # A flag that makes a task another one: --task=lm --tbptt=N is lm_tbptt, --task=classify
@@ -243,6 +250,19 @@ def build_config(task, flag_values):
         if flag_name in PATH_FLAGS:  # the run's files whatever the directory it runs from
             value = absolute(value)
         values[field] = value
+    if given(flag_values, "sources"):
+        if given(flag_values, "train_files") or given(flag_values, "mix_temperature"):
+            raise app.UsageError("--sources lists the training files, weights and temperature: "
+                                 "leave out --train_files and --mix_temperature")
+        try:
+            from_file = mixture.read_sources_file(flag_values.sources)
+        except InputError as e:
+            raise app.UsageError(str(e)) from None
+        unknown = sorted(set(from_file) - fields)
+        if unknown:
+            raise app.UsageError(f"--sources is not used by --task={task.name} "
+                                 "(it reads no --train_files)")
+        values.update(from_file)
     config = dataclasses.replace(task.Config(), **values)
     if "batching" in fields:
         mode = batching.mode_of(config.batching)

@@ -225,6 +225,21 @@ def test_classify_prepares_the_same_vocabulary_and_labels_from_each(tmp_path):
     assert states["tsv"] == states["jsonl"] == states["parquet"]
 
 
+def test_the_same_rows_in_each_format_train_on_the_same_batches(tmp_path, as_list):
+    """The same vocabulary, labels, training batches (in order) and evaluation batches: the
+    same model and the same held-out accuracy, whatever the format."""
+    from tfseq.pipelines import classify
+
+    batches = {}
+    for kind, (path, columns) in same_rows_three_ways(tmp_path).items():
+        config = classify.Config(train_files=(path,), columns=columns, min_count=1,
+                                 eval_percent=20, max_tokens=16, max_length=8, seed=3)
+        data = classify.TASK.datasets(config)
+        batches[kind] = (as_list(data.train), as_list(data.eval))
+    assert batches["tsv"][0] and batches["tsv"][1]
+    assert batches["tsv"] == batches["jsonl"] == batches["parquet"]
+
+
 # ----------------------------------------------------------------------------- Parquet
 
 def test_parquet_columns_kinds_shards_and_setup_errors(tmp_path):

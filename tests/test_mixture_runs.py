@@ -263,6 +263,61 @@ def test_the_binary_trains_weighted_files_reports_the_shares_and_resumes_after_s
     assert resumed["steps"] == report["steps"]
 
 
+def write_three_formats(tmp_path, lines):
+    """A JSON Lines source (keys ``category``/``body``, numeric labels), a TSV source and a
+    Parquet source of ``lines`` rows each, ids unique across them, and their sources file
+    at 0.5 / 0.3 / 0.2."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = {}
+    for name, first in (("web", 0), ("ours", 10_000), ("hub", 20_000)):
+        rng = random.Random(first)
+        rows[name] = [(str(i % 2), f"t{first + i} " + " ".join(
+            f"w{i % 2}{rng.randrange(6)}" for _ in range(i % 9 + 1))) for i in range(lines)]
+    with open(tmp_path / "web.jsonl", "w") as f:
+        for label, text in rows["web"]:
+            f.write(json.dumps({"category": int(label), "body": text, "meta": {"n": 1}}) + "\n")
+    (tmp_path / "ours.tsv").write_text("label\ttext\n" + "".join(
+        f"{label}\t{text}\n" for label, text in rows["ours"]))
+    pq.write_table(pa.table({"label": [label for label, _ in rows["hub"]],
+                             "text": [text for _, text in rows["hub"]]}),
+                   str(tmp_path / "hub.parquet"), row_group_size=500)
+    sources = {"sources": [
+        {"files": str(tmp_path / "web.jsonl"), "weight": 0.5,
+         "columns": "label=category,text=body"},
+        {"files": [str(tmp_path / "ours.tsv")], "weight": 0.3, "format": "tsv",
+         "columns": ["label", "text"], "header": True},
+        {"files": str(tmp_path / "hub.parquet"), "weight": 0.2}]}
+    (tmp_path / "sources.json").write_text(json.dumps(sources))
+    return str(tmp_path / "sources.json")
+
+
+@pytest.mark.slow
+def test_a_sources_file_mixes_jsonl_tsv_and_parquet_and_resumes_after_sigterm(tmp_path):
+    sources = write_three_formats(tmp_path, 1000)
+    flags = [f"--sources={sources}", "--columns=label,text", "--epochs=1", "--max_tokens=32",
+             "--max_length=12", "--eval_percent=0", "--verbose=0", "--export=false",
+             "--checkpoint_every=100"]
+    out = train(*flags, f"--model_dir={tmp_path / 'full'}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "full" / "report.json").read_text())
+    assert report["steps"] >= 300
+    shares = {os.path.basename(row["source"]): row["share"] for row in report["sources"]}
+    assert shares == pytest.approx({"web.jsonl": 0.5, "ours.tsv": 0.3, "hub.parquet": 0.2},
+                                   abs=0.01)
+    assert [row["records"] for row in report["sources"]] == [1000, 1000, 1000]
+    assert [sum(row["drops"].values()) for row in report["sources"]] == [0, 0, 0]
+    cut = train(*flags, f"--model_dir={tmp_path / 'cut'}", fault="after_step:150:TERM")
+    assert cut.returncode == 128 + signal.SIGTERM, cut.stderr[-3000:]
+    rest = train(*flags, f"--model_dir={tmp_path / 'cut'}")
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    resumed = json.loads((tmp_path / "cut" / "report.json").read_text())
+    # The same examples of every source, each once: the same per-source counts and shares.
+    assert resumed["sources"] == report["sources"]
+    assert resumed["steps"] == report["steps"]
+
+
 def test_weights_and_temperature_flags_are_checked(tmp_path):
     news = write_source(tmp_path / "news.tsv", 0, 20)
     web = write_source(tmp_path / "web.jsonl", 100, 20)

@@ -13,6 +13,7 @@ import tensorflow as tf
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from tfseq.errors import InputError
 from tfseq.pipelines.predicting import predict_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,7 +32,8 @@ def read_output(path):
 @settings(max_examples=6, deadline=None)
 @given(counts=st.lists(st.integers(0, 16), min_size=1, max_size=90),
        pool_size=st.integers(1, 40), max_tokens=st.integers(12, 80))
-@example(counts=[11], pool_size=1, max_tokens=12)  # found by a run: <s> + 10 + </s> = 12 cells
+@example(counts=[11, 3], pool_size=1, max_tokens=12)  # found by a run: <s> + 10 + </s> = 12 cells
+@example(counts=[11], pool_size=1, max_tokens=12)  # every line too long: nothing to predict
 def test_lm_outputs_one_line_per_input_line_in_order(tiny_exports, tmp_path_factory, counts,
                                                      pool_size, max_tokens):
     model_dir = tiny_exports["lm"][0]
@@ -39,6 +41,12 @@ def test_lm_outputs_one_line_per_input_line_in_order(tiny_exports, tmp_path_fact
     lines = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(n))
              for i, n in enumerate(counts)]
     (tmp / "in.txt").write_text("\n".join(lines) + "\n")
+    if all(n > 10 for n in counts):  # no line can be predicted: refused, no output left
+        with pytest.raises(InputError, match="could be predicted: .* too_long"):
+            predict_files(model_dir, [str(tmp / "in.txt")], str(tmp / "out.txt"),
+                          max_tokens=max_tokens, pool_size=pool_size)
+        assert not (tmp / "out.txt").exists()
+        return
     report = predict_files(model_dir, [str(tmp / "in.txt")], str(tmp / "out.txt"),
                            max_tokens=max_tokens, pool_size=pool_size)
     out = [line.split("\t") if line else None for line in read_output(tmp / "out.txt")]
