@@ -35,7 +35,7 @@ import time
 from tfseq.batching import mode_of
 from tfseq.pipelines import sources
 from tfseq.pipelines.state import PassReport, TaskState, spill
-from tfseq.resumable import RecordShards
+from tfseq.shuffling import RecordShards
 
 RUN_FILE = "run.json"
 

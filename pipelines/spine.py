@@ -46,7 +46,8 @@ from tfseq.batching import Batching
 from tfseq.filtering import line_checks
 from tfseq.errors import InputError
 from tfseq.model_inputs import ModelFeatures
-from tfseq.resumable import RecordShards, ResumableStream, num_shards_for
+from tfseq.resumable import ResumableStream
+from tfseq.shuffling import RecordShards, num_shards_for, temporary_directory
 from tfseq.splitting import split
 from tfseq.stats import BatchStats, DropCounter
 from tfseq.text import BOS_ID, EOS_ID, get_tokenizer
@@ -253,11 +254,7 @@ class TextTask(Task):
         source = self.source(config, "train")
         k = num_shards_for(source.files, config.shuffle_shard_bytes)
         if k > 1 and directory is None:
-            import atexit
-            import shutil
-            import tempfile
-            directory = tempfile.mkdtemp(prefix="tfseq_shards_")
-            atexit.register(shutil.rmtree, directory, ignore_errors=True)
+            directory = temporary_directory("tfseq_shards_")
         return RecordShards(lambda: source.read(num_workers, worker), num_shards=k,
                             seed=config.seed, directory=directory)
 
