@@ -1,6 +1,7 @@
 """text_lines(shuffle_lines=True): exactly once, reshuffled per epoch, seeded, checkpointable, mixed."""
 
 import gzip
+import json
 import os
 
 import pytest
@@ -90,8 +91,10 @@ def test_several_shards_are_spilled_once_and_read_from_disk(tmp_path):
                           **SMALL_SHARDS)
     os.remove(f)  # the input was read once, when the dataset was built
     (directory,) = spill.iterdir()
-    assert sorted(p.name for p in directory.iterdir()) == [
+    assert sorted(p.name for p in directory.iterdir()) == ["manifest.json"] + [
         f"shard-{k:05d}-of-00004.tfrecord" for k in range(4)]
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert (manifest["num_shards"], manifest["seed"], sum(manifest["sizes"])) == (4, 5, 300)
     epochs = [epoch(ds) for _ in range(3)]
     expected = sorted(f"l{i}" for i in range(300))
     assert all(sorted(e) == expected for e in epochs)

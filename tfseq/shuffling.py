@@ -43,7 +43,6 @@ from typing import Any, Callable, Mapping
 
 import tensorflow as tf
 
-from tfseq._pools import PoolLists
 
 GZIP_RATIO = 4     # gzip input counts this many times its size
 MAX_SHARDS = 4096
@@ -137,8 +136,7 @@ class RecordShards:
         self.keep = keep
         self._kept = None
         if keep and num_shards == 1:  # read at the first use, then from the cache
-            self._kept = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).map(
-                lambda _: _concat(make_records())).cache()
+            self._kept = _gather(make_records()).cache()
 
     @property
     def paths(self) -> list[str]:
@@ -205,20 +203,21 @@ class RecordShards:
             with open(os.path.join(self.directory, "manifest.json")) as f:
                 sizes = json.load(f).get("sizes")
         if sizes is None:
-            sizes = [int(tf.size(self.shard_records(tf.constant(k, tf.int64))))
+            sizes = [sum(int(tf.size(r)) for r in self.shard_dataset(tf.constant(k, tf.int64)))
                      for k in range(self.num_shards)]
         return sizes
 
     # ----- one epoch
 
-    def shard_records(self, shard_id: tf.Tensor) -> tf.Tensor:
-        """``tf.string [L]``: the records of shard ``shard_id`` in input order."""
+    def shard_dataset(self, shard_id) -> tf.data.Dataset:
+        """The records of shard ``shard_id`` in input order: one ``tf.string [L]`` element
+        (none when the shard is empty)."""
         if self._kept is not None:
-            return self._kept.get_single_element()
+            return self._kept
         if self.num_shards == 1:
-            return _concat(self.make_records())
+            return _gather(self.make_records())
         if self.directory:
-            return _concat(tf.data.TFRecordDataset(
+            return _gather(tf.data.TFRecordDataset(
                 tf.gather(tf.constant(self.paths), shard_id)).map(
                     lambda r: tf.ensure_shape(tf.io.parse_tensor(r, tf.string), [None])))
 
@@ -226,17 +225,23 @@ class RecordShards:
             return tf.boolean_mask(records, tf.equal(
                 shard_of(records, index, self.seed, self.num_shards), shard_id))
 
-        return _concat(self.make_records().enumerate().map(keep_shard))
+        return _gather(self.make_records().enumerate().map(keep_shard))
+
+    def shard_records(self, shard_id) -> tf.Tensor:
+        """``tf.string [L]``: the records of shard ``shard_id`` in input order."""
+        return self.shard_dataset(shard_id).concatenate(tf.data.Dataset.from_tensors(
+            tf.constant([], tf.string))).take(1).get_single_element()
 
     def shard_order(self, epoch) -> tf.Tensor:
         """int64 ``[K]``: the shards in the order epoch ``epoch`` visits them."""
         return tf.random.experimental.stateless_shuffle(
             tf.range(self.num_shards, dtype=tf.int64), seed=stateless_seed(self.seed, epoch))
 
-    def permuted(self, shard_id, epoch) -> tf.Tensor:
-        """``tf.string [L]``: the records of shard ``shard_id`` in epoch ``epoch``'s order."""
+    def permute(self, records, shard_id, epoch) -> tf.Tensor:
+        """``tf.string [L]``, shard ``shard_id``'s records -> the same in epoch ``epoch``'s
+        order."""
         return tf.random.experimental.stateless_shuffle(
-            self.shard_records(shard_id), seed=stateless_seed(self.seed, epoch, shard_id, 1))
+            records, seed=stateless_seed(self.seed, epoch, shard_id, 1))
 
     def locate(self, epoch, position, shard_sizes) -> tuple[tf.Tensor, tf.Tensor]:
         """Record ``position`` (int64) of epoch ``epoch`` -> ``(shard rank, offset)``, its place
@@ -262,12 +267,17 @@ class RecordShards:
         ranks = tf.range(tf.cast(start_shard, tf.int64), self.num_shards, dtype=tf.int64)
 
         def shard_batches(rank):
-            records = self.permuted(tf.gather(order, rank), epoch)
-            size = tf.size(records, out_type=tf.int64)
+            shard_id = tf.gather(order, rank)
             first = tf.where(tf.equal(rank, start_shard), tf.cast(start_offset, tf.int64), 0)
-            return tf.data.Dataset.range(first, size, batch_size).map(
-                lambda start: (records[start:start + batch_size], rank, start,
-                               start + batch_size >= size))
+
+            def batches(records):
+                records = self.permute(records, shard_id, epoch)
+                size = tf.size(records, out_type=tf.int64)
+                return tf.data.Dataset.range(first, size, batch_size).map(
+                    lambda start: (records[start:start + batch_size], rank, start,
+                                   start + batch_size >= size))
+
+            return self.shard_dataset(shard_id).flat_map(batches)
 
         # cycle_length=1 keeps the shards in order; the parallel call reads the next ahead.
         return tf.data.Dataset.from_tensor_slices(ranks).interleave(
@@ -275,11 +285,24 @@ class RecordShards:
             deterministic=True)
 
 
-def _concat(batches: tf.data.Dataset) -> tf.Tensor:
-    """``tf.string [n]`` batches -> ``tf.string [L]``, all of them: appended to a TensorList
-    (amortized O(1) per batch), concatenated once."""
-    lists = PoolLists(tf.TensorSpec([None], tf.string))
-    return lists.concat(batches.reduce(lists.empty(), lists.push))
+# Read batches (or spilled groups) joined at once into a chunk, and chunks into a shard: at most
+# 4096 * 65536 of them in a shard (beyond, a shard comes as several tensors, each permuted
+# alone). Larger batch sizes make tf.data allocate for them.
+_CHUNK_BATCHES = 1 << 12
+_SHARD_CHUNKS = 1 << 16
+
+
+def _gather(batches: tf.data.Dataset) -> tf.data.Dataset:
+    """``tf.string [n]`` batches -> one ``tf.string [L]`` element, all of them in order (none
+    when there are none). Dataset ops only, so iterators checkpoint, and linear in the
+    batches (a ``reduce`` over a ``TensorList`` copies the list at every step)."""
+    chunks = batches.ragged_batch(_CHUNK_BATCHES).map(
+        lambda rows: (rows.flat_values, tf.size(rows.flat_values, out_type=tf.int64)))
+
+    def join(values, lengths):  # [C, M] padded chunks -> their values, in order
+        return tf.boolean_mask(values, tf.sequence_mask(lengths, tf.shape(values, tf.int64)[1]))
+
+    return chunks.padded_batch(_SHARD_CHUNKS).map(join)
 
 
 class SpillWriter:
