@@ -125,6 +125,10 @@ class RecordShards:
         matches.
       keep: with K = 1, keep the records read in the first epoch (in memory: the shard the
         epoch holds anyway) and only permute them in later epochs, which read nothing.
+
+    Memory: the shard being read, permuted (one ``tf.string`` tensor; twice while it is
+    gathered and permuted), and the next one read ahead. Disk (K > 1): the input's records
+    once.
     """
 
     def __init__(self, make_records: Callable[[], tf.data.Dataset], *, num_shards: int,
@@ -227,11 +231,6 @@ class RecordShards:
 
         return _gather(self.make_records().enumerate().map(keep_shard))
 
-    def shard_records(self, shard_id) -> tf.Tensor:
-        """``tf.string [L]``: the records of shard ``shard_id`` in input order."""
-        return self.shard_dataset(shard_id).concatenate(tf.data.Dataset.from_tensors(
-            tf.constant([], tf.string))).take(1).get_single_element()
-
     def shard_order(self, epoch) -> tf.Tensor:
         """int64 ``[K]``: the shards in the order epoch ``epoch`` visits them."""
         return tf.random.experimental.stateless_shuffle(
@@ -270,14 +269,14 @@ class RecordShards:
             shard_id = tf.gather(order, rank)
             first = tf.where(tf.equal(rank, start_shard), tf.cast(start_offset, tf.int64), 0)
 
-            def batches(records):
-                records = self.permute(records, shard_id, epoch)
+            def batches(records):  # permuted by the map below: one copy of the shard held
                 size = tf.size(records, out_type=tf.int64)
                 return tf.data.Dataset.range(first, size, batch_size).map(
                     lambda start: (records[start:start + batch_size], rank, start,
                                    start + batch_size >= size))
 
-            return self.shard_dataset(shard_id).flat_map(batches)
+            return self.shard_dataset(shard_id).map(
+                lambda records: self.permute(records, shard_id, epoch)).flat_map(batches)
 
         # cycle_length=1 keeps the shards in order; the parallel call reads the next ahead.
         return tf.data.Dataset.from_tensor_slices(ranks).interleave(
@@ -300,7 +299,8 @@ def _gather(batches: tf.data.Dataset) -> tf.data.Dataset:
         lambda rows: (rows.flat_values, tf.size(rows.flat_values, out_type=tf.int64)))
 
     def join(values, lengths):  # [C, M] padded chunks -> their values, in order
-        return tf.boolean_mask(values, tf.sequence_mask(lengths, tf.shape(values, tf.int64)[1]))
+        return tf.cond(tf.equal(tf.size(lengths), 1), lambda: values[0], lambda: tf.boolean_mask(
+            values, tf.sequence_mask(lengths, tf.shape(values, tf.int64)[1])))
 
     return chunks.padded_batch(_SHARD_CHUNKS).map(join)
 
