@@ -24,10 +24,7 @@ asks the object it returns:
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
 from typing import Callable
 
 from tfseq.errors import InputError
@@ -35,7 +32,7 @@ from tfseq.mixing import MixedRecords, mixed_encode
 from tfseq.pipelines import mixture, sources
 from tfseq.pipelines.sources import Source
 from tfseq.pipelines.state import PassReport, spill_pass
-from tfseq.resumable import RecordShards, num_shards_for
+from tfseq.shuffling import RecordShards, num_shards_for, temporary_directory
 
 
 class Records:
@@ -97,8 +94,7 @@ class TrainingRecords(Records):
         source = self.task.source(self.config, "train")
         k = num_shards_for(source.files, self.config.shuffle_shard_bytes)
         if k > 1 and directory is None:
-            directory = tempfile.mkdtemp(prefix="tfseq_shards_")
-            atexit.register(shutil.rmtree, directory, ignore_errors=True)
+            directory = temporary_directory("tfseq_shards_")
         return RecordShards(lambda: source.read(num_workers, worker), num_shards=k,
                             seed=self.config.seed, directory=directory)
 

@@ -36,7 +36,7 @@ from tfseq.batching import mode_of
 from tfseq.pipelines import sources
 from tfseq.pipelines.records import NO_RECORDS, Records
 from tfseq.pipelines.state import PassReport, TaskState
-from tfseq.resumable import RecordShards
+from tfseq.shuffling import RecordShards
 
 RUN_FILE = "run.json"
 

@@ -49,7 +49,8 @@ from tfseq.filtering import line_checks
 from tfseq.errors import InputError
 from tfseq.model_inputs import ModelFeatures
 from tfseq.distribute import replica_dataset_fn
-from tfseq.resumable import RecordShards, ResumableStream
+from tfseq.resumable import ResumableStream
+from tfseq.shuffling import RecordShards
 from tfseq.splitting import split
 from tfseq.stats import BatchStats, DropCounter
 from tfseq.text import BOS_ID, EOS_ID, get_tokenizer

@@ -10,7 +10,7 @@ batches, and from that one pass takes everything it needs:
   ``vocab_max_lines`` rows (``wordpiece`` / ``sentencepiece``: ``tfseq.sampling.Reservoir``,
   so a file sorted by label still gives a vocabulary of all of it);
 * the line-shuffle shards of the training stream, when the input needs more than one
-  (``tfseq.resumable.SpillWriter``).
+  (``tfseq.shuffling.SpillWriter``).
 
 Then it learns the vocabularies from the sample (``Vocab.learn``). ``TaskState.save`` writes
 them to the run's directory (``vocab.txt`` or ``vocab.model``; ``source_vocab.*`` /
@@ -33,6 +33,7 @@ import tensorflow_text as tf_text
 from tfseq.errors import InputError
 from tfseq.progress import Progress, heartbeat
 from tfseq.sampling import Reservoir
+from tfseq.shuffling import input_bytes
 from tfseq.stats import DropCounter
 from tfseq.text import LEARNED_TOKENIZERS, RESERVED, Vocab, get_tokenizer
 
@@ -293,7 +294,7 @@ def _read_once(task, config, source, learning: _Learning, report: PassReport, sp
 
     batches = source.read(1, 0).rebatch(PREPARE_BATCH)
     batches = batches.enumerate().map(observe, num_parallel_calls=tf.data.AUTOTUNE)
-    total = sum(os.path.getsize(f) * (4 if f.endswith(".gz") else 1) for f in source.files)
+    total = input_bytes(source.files)
     progress = Progress("reading the training records", write, total_bytes=total)
     try:
         for out in batches.prefetch(2).as_numpy_iterator():

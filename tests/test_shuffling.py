@@ -1,6 +1,7 @@
 """text_lines(shuffle_lines=True): exactly once, reshuffled per epoch, seeded, checkpointable, mixed."""
 
 import gzip
+import json
 import os
 
 import pytest
@@ -90,8 +91,10 @@ def test_several_shards_are_spilled_once_and_read_from_disk(tmp_path):
                           **SMALL_SHARDS)
     os.remove(f)  # the input was read once, when the dataset was built
     (directory,) = spill.iterdir()
-    assert sorted(p.name for p in directory.iterdir()) == [
+    assert sorted(p.name for p in directory.iterdir()) == ["manifest.json"] + [
         f"shard-{k:05d}-of-00004.tfrecord" for k in range(4)]
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert (manifest["num_shards"], manifest["seed"], sum(manifest["sizes"])) == (4, 5, 300)
     epochs = [epoch(ds) for _ in range(3)]
     expected = sorted(f"l{i}" for i in range(300))
     assert all(sorted(e) == expected for e in epochs)
@@ -112,6 +115,20 @@ def test_several_shards_built_in_a_graph_read_the_input_per_shard(tmp_path):
 
     count, total = line_numbers()
     assert (int(count), int(total)) == (300, 299 * 300 // 2)
+
+
+def test_an_epoch_is_the_record_shards_order_of_a_drawn_epoch_number(tmp_path):
+    # text_lines' shuffle is the training stream's engine: each iteration draws an epoch number
+    # from the seed and emits that epoch of RecordShards (here unspilled: the same shards).
+    f = numbered(tmp_path)
+    ds = tfseq.text_lines(f, batch_size=32, shuffle_lines=True, seed=5, **SMALL_SHARDS)
+    keys = [int(k) for k in tfseq.shuffling.epoch_key(5).repeat(2)]
+    assert keys[0] != keys[1] and all(0 <= k < 2**30 for k in keys)
+    shards = tfseq.RecordShards(lambda: tfseq.text_lines(f, batch_size=8192), num_shards=4,
+                                seed=5)
+    for key in keys:
+        expected = [b.numpy().tolist() for b, *_ in shards.epoch_batches(key, 0, 0, 32)]
+        assert [b.numpy().tolist() for b in ds] == expected
 
 
 def test_label_sorted_file_comes_out_mixed(tmp_path):
@@ -161,3 +178,43 @@ def test_shard_count_follows_input_size(tmp_path):
     assert tfseq.shuffling.num_shuffle_shards([f], [""], 64 << 20) == 1
     assert tfseq.shuffling.num_shuffle_shards([f], [""], 1000) == 5
     assert tfseq.shuffling.num_shuffle_shards([f], ["GZIP"], 1000) == 20
+
+
+# ----------------------------------------------------------------------------- one engine
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENGINE = "tfseq/shuffling.py"
+# The shuffle engine's pieces: (what marks one in the source, text its next 200 characters
+# must hold, or None). Each is written once, in the engine, for every user of the shuffle.
+ENGINE_PIECES = {
+    "shard file name": (r"shard-\{", None),
+    "stateless shard draw": (r"stateless_uniform\(", "num_shards"),
+    "per-epoch shard order": (r"stateless_shuffle\(", "num_shards"),
+    "stateless seed of (seed, epoch, ...)": (r"0x5EED", None),
+    "gzip ratio": (r"GZIP_RATIO\s*=\s*\d", None),
+    "spill writer": (r"TFRecordWriter\(", None),
+}
+
+
+def engine_pieces(root):
+    """{piece: [(path, line)]}: where each piece of the engine is written under ``root``."""
+    import re
+
+    found = {name: [] for name in ENGINE_PIECES}
+    for top in ("tfseq", "pipelines", "scripts"):
+        for directory, _, names in os.walk(os.path.join(root, top)):
+            for name in sorted(n for n in names if n.endswith(".py")):
+                path = os.path.join(directory, name)
+                text = open(path, encoding="utf-8").read()
+                for piece, (pattern, near) in ENGINE_PIECES.items():
+                    for m in re.finditer(pattern, text):
+                        if near is None or near in text[m.end():m.end() + 200]:
+                            found[piece].append((os.path.relpath(path, root),
+                                                 text.count("\n", 0, m.start()) + 1))
+    return found
+
+
+def test_the_shuffle_engine_is_written_once():
+    found = engine_pieces(ROOT)
+    assert {piece: [path for path, _ in places] for piece, places in found.items()} == {
+        piece: [ENGINE] for piece in ENGINE_PIECES}, found

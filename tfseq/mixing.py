@@ -463,15 +463,7 @@ class MixedRecords:
 
         def epoch(e):
             skip = tf.where(tf.equal(e, first_epoch), first, tf.constant(0, tf.int64))
-            if part.num_shards == 1:
-                rank, offset = tf.constant(0, tf.int64), skip
-            else:  # the rank whose records hold position ``skip`` in this epoch's order
-                from tfseq.resumable import _seed
-                order = tf.random.experimental.stateless_shuffle(
-                    tf.range(part.num_shards, dtype=tf.int64), seed=_seed(part.seed, e))
-                ends = tf.cumsum(tf.gather(shard_sizes, order))
-                rank = tf.searchsorted(ends, skip[None], side="right", out_type=tf.int64)[0]
-                offset = skip - (ends[rank] - tf.gather(shard_sizes, tf.gather(order, rank)))
+            rank, offset = part.locate(e, skip, shard_sizes)
             return part.epoch_batches(e, rank, offset, read_batch).map(
                 lambda records, *_: records)
 

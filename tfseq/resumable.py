@@ -7,10 +7,11 @@ shard, the bucketing pools, the shuffle buffer; hundreds of MB on a large corpus
 changed graph (another number of replicas) cannot restore them. A ``ResumableStream`` is
 checkpointed as a *position* instead, and rebuilds what it needs from it:
 
-  records  ``RecordShards``: the training records split into K random shards (a uniform random
-           subset each, written once to disk when K > 1); every epoch visits the shards in a
-           new order and permutes each one anew, both from ``(seed, epoch)`` alone, and cuts
-           it into read batches of ``read_batch`` records.
+  records  ``RecordShards`` (``tfseq.shuffling``, the line shuffle): the training records
+           split into K random shards (a uniform random subset each, written once to disk
+           when K > 1); every epoch visits the shards in a new order and permutes each one
+           anew, both from ``(seed, epoch)`` alone, and cuts it into read batches of
+           ``read_batch`` records.
   encode   each read batch -> a ragged batch of examples, and the counts of what it dropped
            as data (``DropCounter.recording``), not as variable updates: parallel.
   pools    consecutive encoded batches of one shard, until ``pool_tokens`` tokens (or
@@ -39,10 +40,6 @@ still arrive; a training loop skips it.
 
 from __future__ import annotations
 
-import json
-import math
-import os
-import shutil
 from typing import Any, Callable, Mapping
 
 import tensorflow as tf
@@ -50,183 +47,12 @@ import tensorflow as tf
 from tfseq._common import (batch_lengths, encode_calls, example_keys, parallel_calls,
                            pipeline_options)
 from tfseq._pools import PoolLists
+from tfseq.shuffling import (GZIP_RATIO, RecordShards, SpillWriter, epoch_key, num_shards_for,
+                             stateless_seed)
 from tfseq.stats import CountTape, DropCounter, batch_counts, sequence_names
 
-GZIP_RATIO = 4             # gzip input counts this many times its size for K
-SPILL_READ_BATCH = 8192    # records per batch while spilling
-
-
-def num_shards_for(files, shard_bytes: int) -> int:
-    """K for ``files``: their bytes (gzip counted ``GZIP_RATIO`` times) / ``shard_bytes``, at
-    least 1, at most 4096."""
-    total = 0
-    for path in files:
-        size = tf.io.gfile.stat(path).length
-        total += size * (GZIP_RATIO if path.endswith(".gz") else 1)
-    return max(1, min(4096, math.ceil(total / shard_bytes)))
-
-
-def _shard_of(records: tf.Tensor, index: tf.Tensor, seed: int, num_shards: int) -> tf.Tensor:
-    """int64 ``[n]``: the shard of each record of read batch ``index`` (stateless, seeded)."""
-    return tf.random.stateless_uniform(
-        tf.shape(records), seed=tf.stack([tf.constant(seed, tf.int64), index]),
-        maxval=num_shards, dtype=tf.int64)
-
-
-def _seed(*parts) -> tf.Tensor:
-    """int64 ``[2]`` stateless seed from int scalars (Python or tensors)."""
-    parts = [tf.cast(p, tf.int64) for p in parts]
-    key = parts[0]
-    for p in parts[1:]:
-        key = key * 1_000_003 + p
-    return tf.stack([tf.constant(0x5EED, tf.int64), key])
-
-
-class RecordShards:
-    """The training records as K random shards, in a new order every epoch.
-
-    Args:
-      make_records: ``() -> Dataset`` of ``tf.string [n]`` record batches in one deterministic
-        order (the input read in file order).
-      num_shards: K. 1 keeps nothing on disk: each epoch reads the input again and permutes
-        it whole in memory. K > 1: ``spill`` writes each shard to a file once; an epoch then
-        holds one shard at a time (memory: about 2x a shard's text).
-      seed: the shard assignment and every epoch's orders.
-      directory: where ``spill`` writes (K > 1); reused when its ``manifest.json`` matches.
-
-    Memory: the shard being read, permuted (one ``tf.string`` tensor). Disk (K > 1): the
-    input's records once.
-    """
-
-    def __init__(self, make_records: Callable[[], tf.data.Dataset], *, num_shards: int,
-                 seed: int, directory: str | None = None):
-        if num_shards > 1 and not directory:
-            raise ValueError("RecordShards with num_shards > 1 needs a directory to spill to")
-        self.make_records = make_records
-        self.num_shards = num_shards
-        self.seed = seed
-        self.directory = directory
-
-    @property
-    def paths(self) -> list[str]:
-        return [os.path.join(self.directory, f"shard-{k:05d}-of-{self.num_shards:05d}.tfrecord")
-                for k in range(self.num_shards)]
-
-    def ready(self, fingerprint: Mapping[str, Any]) -> bool:
-        """Whether the shard files exist for this input (``fingerprint``), K and seed."""
-        if self.num_shards == 1:
-            return True
-        manifest = os.path.join(self.directory, "manifest.json")
-        if not os.path.exists(manifest) or not all(os.path.exists(p) for p in self.paths):
-            return False
-        with open(manifest) as f:
-            saved = json.load(f)
-        saved.pop("sizes", None)
-        return saved == self._manifest(fingerprint)
-
-    def _manifest(self, fingerprint):
-        return {"num_shards": self.num_shards, "seed": self.seed, "input": fingerprint}
-
-    def spill_writer(self, fingerprint: Mapping[str, Any]) -> "SpillWriter":
-        """A ``SpillWriter`` filling this directory from one pass over the records."""
-        return SpillWriter(self, self._manifest(fingerprint))
-
-    def assign(self, index: tf.Tensor, records: tf.Tensor):
-        """A read batch -> ``(shard ids int64 [s], serialized records tf.string [s], records
-        per shard int64 [s])``: the records of each shard present, one serialized ``[m]``
-        tensor per shard (graph)."""
-        shard = _shard_of(records, index, self.seed, self.num_shards)
-        order = tf.argsort(shard, stable=True)
-        ids, _, counts = tf.unique_with_counts(tf.gather(shard, order), out_idx=tf.int64)
-        groups = tf.RaggedTensor.from_row_lengths(tf.gather(records, order), counts)
-        return ids, tf.map_fn(tf.io.serialize_tensor, groups,
-                              fn_output_signature=tf.TensorSpec([], tf.string)), counts
-
-    def shard_sizes(self) -> list[int]:
-        """Records in each shard (from the manifest the spill wrote; else by reading)."""
-        if self.num_shards == 1:
-            return [int(self.make_records().reduce(
-                tf.constant(0, tf.int64), lambda n, b: n + tf.size(b, out_type=tf.int64)))]
-        with open(os.path.join(self.directory, "manifest.json")) as f:
-            sizes = json.load(f).get("sizes")
-        if sizes is None:
-            sizes = [int(tf.size(self.shard_records(tf.constant(k, tf.int64))))
-                     for k in range(self.num_shards)]
-        return sizes
-
-    # ----- one epoch
-
-    def shard_records(self, shard_id: tf.Tensor) -> tf.Tensor:
-        """``tf.string [L]``: the records of shard ``shard_id`` in their spilled order."""
-        if self.num_shards == 1:
-            batches = self.make_records()
-        else:
-            batches = tf.data.TFRecordDataset(tf.gather(tf.constant(self.paths), shard_id)).map(
-                lambda r: tf.ensure_shape(tf.io.parse_tensor(r, tf.string), [None]))
-        # Appended to a TensorList (amortized O(1) per batch), concatenated once.
-        lists = PoolLists(tf.TensorSpec([None], tf.string))
-        return lists.concat(batches.reduce(lists.empty(), lists.push))
-
-    def epoch_batches(self, epoch, start_shard, start_offset, batch_size: int) -> tf.data.Dataset:
-        """The records of epoch ``epoch`` from ``(start_shard, start_offset)`` on.
-
-        Returns:
-          A dataset of ``(records tf.string [n], shard rank int64, offset int64, shard_end
-          bool)``: the shards in this epoch's order (rank r is the r-th visited), each
-          permuted for this epoch and cut into batches of ``batch_size`` records; ``offset``
-          is a batch's first record in its shard's permutation.
-        """
-        order = tf.random.experimental.stateless_shuffle(
-            tf.range(self.num_shards, dtype=tf.int64), seed=_seed(self.seed, epoch))
-        ranks = tf.range(tf.cast(start_shard, tf.int64), self.num_shards, dtype=tf.int64)
-
-        def shard_batches(rank):
-            shard_id = tf.gather(order, rank)
-            records = tf.random.experimental.stateless_shuffle(
-                self.shard_records(shard_id), seed=_seed(self.seed, epoch, shard_id, 1))
-            size = tf.size(records, out_type=tf.int64)
-            first = tf.where(tf.equal(rank, start_shard), tf.cast(start_offset, tf.int64), 0)
-            return tf.data.Dataset.range(first, size, batch_size).map(
-                lambda start: (records[start:start + batch_size], rank, start,
-                               start + batch_size >= size))
-
-        # cycle_length=1 keeps the shards in order; the parallel call reads the next ahead.
-        return tf.data.Dataset.from_tensor_slices(ranks).interleave(
-            shard_batches, cycle_length=1, num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True)
-
-
-class SpillWriter:
-    """Writes ``RecordShards``' files from read batches handed to it in order (one pass).
-
-    ``write(index, shard_ids, serialized)`` takes what ``RecordShards.assign`` gives for read
-    batch ``index``; ``close()`` writes the manifest last, so a pass cut short leaves no
-    usable-looking directory behind."""
-
-    def __init__(self, shards: RecordShards, manifest: dict):
-        self.shards = shards
-        self.manifest = manifest
-        if shards.num_shards > 1:
-            if os.path.exists(shards.directory):
-                shutil.rmtree(shards.directory)
-            os.makedirs(shards.directory)
-        self.writers = [tf.io.TFRecordWriter(p) for p in shards.paths] \
-            if shards.num_shards > 1 else []
-        self.sizes = [0] * shards.num_shards
-
-    def write(self, shard_ids, serialized, counts) -> None:
-        for k, record, n in zip(shard_ids.tolist(), serialized.tolist(), counts.tolist()):
-            self.writers[k].write(record)
-            self.sizes[k] += n
-
-    def close(self) -> None:
-        for writer in self.writers:
-            writer.close()
-        if self.writers:
-            path = os.path.join(self.shards.directory, "manifest.json")
-            with open(path + ".tmp", "w") as f:
-                json.dump({**self.manifest, "sizes": self.sizes}, f, indent=1, sort_keys=True)
-            os.replace(path + ".tmp", path)
+# The shuffle engine's names, where the training stream's users import them.
+__all__ = ["GZIP_RATIO", "RecordShards", "ResumableStream", "SpillWriter", "num_shards_for"]
 
 
 class ResumableStream:
@@ -308,10 +134,8 @@ class ResumableStream:
         epoch = self.epoch
         start = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64))
         if epoch is None:  # model.fit: a new epoch key at each iteration
-            keys = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
-            start = tf.data.Dataset.zip(start, keys.take(1)).map(
-                lambda _, key: (key % (1 << 30), tf.constant(0, tf.int64),
-                                tf.constant(0, tf.int64), tf.constant(0, tf.int64)))
+            zero = tf.constant(0, tf.int64)
+            start = epoch_key(self.seed).map(lambda key: (key, zero, zero, zero))
         else:
             start = start.map(lambda _: (tf.cast(epoch.read_value(), tf.int64),
                                          self.shard.read_value(), self.offset.read_value(),
@@ -336,7 +160,7 @@ class ResumableStream:
         pools = self._pools(encoded, keys)
 
         def batch_pool(pool, counts, rank, offset):
-            pool_seed = _seed(self.seed, epoch, rank, offset)[1]
+            pool_seed = stateless_seed(self.seed, epoch, rank, offset)[1]
             tape = CountTape()
             with self.counter.recording(tape):
                 batches = self.batcher.pool_batches(pool, pool_seed)
