@@ -428,5 +428,5 @@ def majority_baseline(eval_ds: tf.data.Dataset) -> float:
     return max(counts.values()) / total if total else 0.0
 
 
-__all__ = ["Config", "datasets", "ServedDocuments", "serving_module", "read_documents", "corpus_documents", "write_documents",
-           "group_runs", "encode", "majority_baseline"]
+__all__ = ["Config", "TASK", "ServedDocuments", "serving_module", "read_documents",
+           "corpus_documents", "write_documents", "group_runs", "encode", "majority_baseline"]

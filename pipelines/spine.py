@@ -29,7 +29,6 @@ Element spec of every dataset a task gives (``TaskData.train`` / ``.eval``), for
 
 from __future__ import annotations
 
-import dataclasses
 import weakref
 from typing import Callable, ClassVar
 
