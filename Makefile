@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test test-slow test-all test-fast bench clean
+.PHONY: demo test test-slow test-all test-fast bench bench-peers clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,5 +46,24 @@ bench: $(STAMP)
 	  $(PY) -m benchmarks.$$b --json_out=bench_out/$$b.json || exit 1; \
 	done
 
+# `make bench-peers`: tfseq against Grain and seqio (benchmarks/peers.py). The peers are no
+# dependency of tfseq: they go into their own environment, .venv-peers, with tfseq (editable)
+# and exact pins; their requirements leave tensorflow and tensorflow-text at 2.21 (they add
+# jax, flax, tensorflow-datasets and what those import).
+PEERS_VENV := .venv-peers
+PEERS_PY := $(PEERS_VENV)/bin/python
+PEERS_STAMP := $(PEERS_VENV)/.installed
+PEERS := grain==0.2.18 seqio==0.0.20
+
+$(PEERS_STAMP): setup.py pyproject.toml
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_PY) -m pip install -q --upgrade pip
+	$(PEERS_PY) -m pip install -q -e . $(PEERS)
+	touch $(PEERS_STAMP)
+
+bench-peers: $(PEERS_STAMP)
+	mkdir -p bench_out
+	$(PEERS_PY) -m benchmarks.peers --json_out=bench_out/peers.json
+
 clean:
-	rm -rf $(VENV) runs bench_out .pytest_cache
+	rm -rf $(VENV) $(PEERS_VENV) runs bench_out .pytest_cache

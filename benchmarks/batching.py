@@ -43,14 +43,7 @@ from benchmarks import harness  # noqa: E402
 from tfseq.bucketing import bucket_by_length  # noqa: E402
 from tfseq.formats import LINE_FORMATS  # noqa: E402
 
-# Synthetic stand-ins for corpus shapes: (examples, median, p99, max) tokens. Lengths are
-# ceil(log-normal) with that median and p99, clipped at max.
-SHAPES = {
-    "phrases": (391_000, 2, 15, 100),       # dictionary phrase pairs
-    "entries": (253_000, 16, 87, 2333),     # dictionary entries
-    "prose": (57_000, 18, 62, 180),         # edited-prose sentences
-    "emails": (6_000, 169, 3166, 14954),    # email bodies, long-tailed
-}
+SHAPES = harness.SHAPES
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("files", [tfseq.corpus_path("kjv_en")], "Text files (gzip if they end in .gz).")
@@ -106,21 +99,8 @@ def read_corpus(files, field) -> tf.data.Dataset:
     return lines.map(to_example, num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def synthetic_lengths(kind, size, seed) -> np.ndarray:
-    """int64 [size] example lengths of a synthetic corpus shape (see ``SHAPES``)."""
-    rng = np.random.default_rng(seed)
-    if kind == "zipf":
-        return harness.power_law_lengths(size, rng)
-    if kind == "lognormal":
-        return harness.lognormal_lengths(size, rng, median=20, sigma=1.2)
-    _, median, p99, longest = SHAPES[kind]
-    return harness.lognormal_lengths(size, rng, median=median, p99=p99, longest=longest)
-
-
 def synthetic_corpus(kind, size, seed) -> tf.data.Dataset:
-    if size is None:
-        size = SHAPES[kind][0] if kind in SHAPES else 50000
-    return harness.id_examples(synthetic_lengths(kind, size, seed),
+    return harness.id_examples(harness.synthetic_lengths(kind, size, seed),
                                np.random.default_rng(seed + 1), HASH_BUCKETS)
 
 
@@ -146,14 +126,7 @@ def plain(s: Setting):
 
 def tf_data_buckets(s: Setting):
     """tf.data bucket_by_sequence_length, tensor2tensor boundaries (8, x1.1), sized by budget."""
-    max_tokens, max_length = s.max_tokens, s.max_length
-    boundaries, b = [], 8
-    while b < max_length:
-        boundaries.append(b)
-        b = max(b + 1, int(b * 1.1))
-    # Boundaries are exclusive: bucket i holds lengths < boundaries[i].
-    sizes = [max_tokens // (b - 1) for b in boundaries] + [max_tokens // max_length]
-    return lambda ds: ds.bucket_by_sequence_length(length_of, boundaries, sizes)
+    return harness.tf_data_bucketing(s.max_tokens, s.max_length)
 
 
 def opennmt_buckets(s: Setting, width=8):

@@ -124,6 +124,33 @@ def lognormal_lengths(size: int, rng, *, median: float, sigma: float | None = No
     return np.clip(lengths, 1, longest).astype(np.int64)
 
 
+# Synthetic stand-ins for corpus shapes: (examples, median, p99, max) tokens. Lengths are
+# ceil(log-normal) with that median and p99, clipped at max.
+SHAPES = {
+    "phrases": (391_000, 2, 15, 100),       # dictionary phrase pairs
+    "entries": (253_000, 16, 87, 2333),     # dictionary entries
+    "prose": (57_000, 18, 62, 180),         # edited-prose sentences
+    "emails": (6_000, 169, 3166, 14954),    # email bodies, long-tailed
+}
+
+
+def synthetic_lengths(kind: str, size: int | None, seed: int):
+    """int64 [size] example lengths of a synthetic corpus: a shape of ``SHAPES`` (``size``
+    None: the shape's own size), ``"zipf"`` (``power_law_lengths``) or ``"lognormal"``
+    (median 20, sigma 1.2); those two default to 50,000 examples."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    if size is None:
+        size = SHAPES[kind][0] if kind in SHAPES else 50_000
+    if kind == "zipf":
+        return power_law_lengths(size, rng)
+    if kind == "lognormal":
+        return lognormal_lengths(size, rng, median=20, sigma=1.2)
+    _, median, p99, longest = SHAPES[kind]
+    return lognormal_lengths(size, rng, median=median, p99=p99, longest=longest)
+
+
 def id_examples(lengths, rng, vocab_size: int):
     """A dataset of ``{"ids": int32 [(T)]}`` examples of these lengths, ids uniform in
     1..``vocab_size`` from ``rng``."""
@@ -133,6 +160,22 @@ def id_examples(lengths, rng, vocab_size: int):
     values = rng.integers(1, vocab_size + 1, int(np.sum(lengths)), dtype=np.int32)
     ids = tf.RaggedTensor.from_row_lengths(values, lengths)
     return tf.data.Dataset.from_tensor_slices({"ids": ids}).map(lambda e: {"ids": e["ids"]})
+
+
+def tf_data_bucketing(max_tokens: int, max_length: int, key: str = "ids"):
+    """``Dataset.bucket_by_sequence_length`` as a budget user sets it: tensor2tensor's
+    boundaries (8, then x1.1) up to ``max_length``, each bucket's batch size the most rows of
+    its longest length within ``max_tokens`` cells; the length is ``key``'s."""
+    import tensorflow as tf
+
+    boundaries, b = [], 8
+    while b < max_length:
+        boundaries.append(b)
+        b = max(b + 1, int(b * 1.1))
+    # Boundaries are exclusive: bucket i holds lengths < boundaries[i].
+    sizes = [max_tokens // (b - 1) for b in boundaries] + [max_tokens // max_length]
+    return lambda ds: ds.bucket_by_sequence_length(
+        lambda x: tf.shape(x[key], out_type=tf.int32)[0], boundaries, sizes)
 
 
 # ----------------------------------------------------------------------------- timing
@@ -148,15 +191,25 @@ def count_pass(dataset, count) -> tuple[int, float, float]:
     return total, time.perf_counter() - start, time.process_time() - cpu
 
 
+def call_pass(run) -> tuple[int, float, float]:
+    """``run()`` (one pass of a feed outside tf.data, e.g. a Python-driven peer, returning
+    its count) -> (count, wall seconds, the process' CPU seconds), as ``count_pass``."""
+    start, cpu = time.perf_counter(), time.process_time()
+    total = int(run())
+    return total, time.perf_counter() - start, time.process_time() - cpu
+
+
 def best_passes(feeds: dict, repeats: int, on_pass=None) -> dict:
-    """Each feed ``name -> (dataset, count)`` timed by ``count_pass`` ``repeats`` times, round
-    robin (a slow spell of the machine hits every feed alike; every pass is a new iterator,
-    as every epoch of ``model.fit`` is), the fastest pass of each kept: ``name -> (count,
-    seconds, cpu seconds)``. ``on_pass(name, (count, seconds, cpu))`` sees every pass."""
+    """Each feed ``name -> (dataset, count)`` timed by ``count_pass`` (or ``name -> run``, a
+    function making one pass and returning its count, timed by ``call_pass``) ``repeats``
+    times, round robin (a slow spell of the machine hits every feed alike; every pass is a
+    new iterator, as every epoch of ``model.fit`` is), the fastest pass of each kept: ``name
+    -> (count, seconds, cpu seconds)``. ``on_pass(name, (count, seconds, cpu))`` sees every
+    pass."""
     best = {}
     for _ in range(repeats):
-        for name, (dataset, count) in feeds.items():
-            result = count_pass(dataset, count)
+        for name, feed in feeds.items():
+            result = call_pass(feed) if callable(feed) else count_pass(*feed)
             if on_pass:
                 on_pass(name, result)
             if name not in best or result[1] < best[name][1]:

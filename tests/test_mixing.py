@@ -71,6 +71,20 @@ def test_every_prefix_of_the_emitted_examples_is_within_one_of_the_weights():
     assert np.abs(counts - n * np.array(weights)[None]).max() <= 1
 
 
+def test_one_example_an_element_mixes_into_the_sequence_of_ragged_batches():
+    def sources():
+        return [numbered(0, 7), numbered(100, 5), numbered(200, 3)]
+
+    one = tfseq.mix(sources(), [0.5, 0.3, 0.2], seed=3)
+    batched = tfseq.mix([ds.ragged_batch(4) for ds in sources()], [0.5, 0.3, 0.2], seed=3)
+    # Blocks of 1,030 examples (103 periods of 10): the first two, example by example.
+    rows = [(int(s), r.tolist()) for b in batched.take(2)
+            for s, r in zip(b["source"].numpy(), b["ids"].numpy())]
+    assert len(rows) == 2060 and rows[:6] == [(0, [0]), (1, [100]), (0, [1, 1]), (2, [200]),
+                                             (0, [2, 2, 2]), (1, [101, 101])]
+    assert [(int(x["source"]), x["ids"].numpy().tolist()) for x in one.take(2060)] == rows
+
+
 def test_weights_that_are_not_fractions_are_shares_of_the_longest_period():
     m = Mixture.create(["a", "b"], [1 / 3 ** 0.5, 1.0])
     assert m.period == 16384 and m.shares.sum() == 16384

@@ -25,6 +25,11 @@ average, as ``tf.data.Dataset.sample_from_datasets`` has them). How:
    examples). No per-example Python, no per-example ``choose_from_datasets`` step: the cost
    per example is the gather.
 
+Sources of one example an element skip the blocks: ``choose_from_datasets`` takes each
+example from the source the schedule names, cycling one period's order (the same sequence).
+Each example then pays ``tf.data``'s per-element cost, tens of microseconds; ragged batches
+mix hundreds of times faster (``docs/sources.md``, "One example an element").
+
 Each example gets an int32 feature ``key`` (default ``"source"``): the index of its source.
 Sources are examples (dicts of ``[T]`` and scalar tensors) or ragged batches of examples (dicts
 of ``RaggedTensor [B, (T)]`` and ``[B]``, what ``tokenize`` on batched lines gives); ragged
@@ -47,7 +52,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tfseq._common import is_ragged_batch, require_dict_spec, unbatch
+from tfseq._common import is_ragged_batch, require_dict_spec
 
 MAX_PERIOD = 16384   # the longest period of the schedule (examples)
 MIN_BLOCK = 1024     # examples gathered at once (periods repeated up to at least this)
@@ -206,6 +211,9 @@ def mix(datasets, weights=None, *, temperature: float | None = None, sizes=None,
         ) -> tf.data.Dataset:
     """An endless dataset of the sources' examples in an exact, deterministic mixture.
 
+    Mix ragged batches where you can (``tokenize`` on batched lines): sources of one example
+    an element pay ``tf.data``'s per-element cost, tens of microseconds an example.
+
     Args:
       datasets: a list of datasets, or a ``{name: dataset}`` dict (the source index follows
         its order; ``Mixture.create(list(d))`` gives the names). Finite, not repeated: each
@@ -250,17 +258,15 @@ def mix_with(mixture: Mixture, sources: Sequence[tf.data.Dataset], *,
                          f"key=, e.g. key='corpus'")
     if batched is None:
         batched = is_ragged_batch(specs[0])
+    if not batched:
+        return _choose(mixture, sources, key)
     chunk, index = mixture.block()
     chunks = []
     for i, ds in enumerate(sources):
         if mixture.shares[i] == 0:
             continue
-        if batched:
-            # Each source chunked on its own thread (the zip pulls them one after another).
-            chunks.append(_rechunk(ds.repeat(), int(chunk[i])).prefetch(2))
-        else:
-            ds = ds.repeat().ragged_batch(int(chunk[i]), drop_remainder=True)
-            chunks.append(ds.map(lambda b: _as_ragged(b, common)))
+        # Each source chunked on its own thread (the zip pulls them one after another).
+        chunks.append(_rechunk(ds.repeat(), int(chunk[i])).prefetch(2))
     # Each row's source is fixed by the schedule: one constant for every block.
     source_of_row = tf.constant(np.repeat(np.arange(len(chunk), dtype=np.int32), chunk)[index])
     index = tf.constant(index)
@@ -272,9 +278,21 @@ def mix_with(mixture: Mixture, sources: Sequence[tf.data.Dataset], *,
         merged[key] = source_of_row
         return merged
 
-    blocks = tf.data.Dataset.zip(tuple(chunks)).map(
+    return tf.data.Dataset.zip(tuple(chunks)).map(
         merge, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return blocks if batched else unbatch(blocks)
+
+
+def _choose(mixture: Mixture, sources: Sequence[tf.data.Dataset], key: str
+            ) -> tf.data.Dataset:
+    """Sources of one example an element -> the mixture, one example an element: each
+    example taken from the source the schedule names (``choose_from_datasets`` on the
+    period's order, cycled), the sequence the blocks give. Batching each source to gather
+    blocks and unbatching them would add two ``tf.data`` steps per example to the one the
+    consumer pays anyway (``docs/sources.md``, "One example an element")."""
+    keyed = [ds.repeat().map(lambda example, i=i: {**example, key: tf.constant(i, tf.int32)})
+             for i, ds in enumerate(sources)]
+    order = tf.data.Dataset.from_tensor_slices(mixture.order.astype(np.int64)).repeat()
+    return tf.data.Dataset.choose_from_datasets(keyed, order)
 
 
 def _rechunk(batches: tf.data.Dataset, size: int) -> tf.data.Dataset:
@@ -332,17 +350,6 @@ def _common_spec(names: Sequence[str], specs: Sequence[Mapping]) -> dict:
                              f"{names[0]!r} has {_describe(specs[0])}")
         common = wider
     return common
-
-
-def _as_ragged(batch: dict, common: Mapping) -> dict:
-    """A chunk of examples ``ragged_batch`` made, with the features that are ``[None]`` in
-    the common spec as ``RaggedTensor [n, (T)]`` (a source of fixed length gives them dense)."""
-    out = dict(batch)
-    for k, spec in common.items():
-        if (isinstance(spec, tf.TensorSpec) and spec.shape.rank == 1
-                and spec.shape[0] is None and not isinstance(batch[k], tf.RaggedTensor)):
-            out[k] = tf.RaggedTensor.from_tensor(batch[k])
-    return out
 
 
 def _rows(batch: Mapping[str, tf.Tensor]) -> tf.Tensor:
