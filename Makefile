@@ -37,7 +37,7 @@ test-all: test test-slow
 test-fast: test
 
 BENCHES := batching training packing pipeline scaling splitting attention tbptt predict mixing \
-           multislot vocab startup sources steps
+           multislot vocab startup sources steps keras_hub
 
 bench: $(STAMP)
 	mkdir -p bench_out

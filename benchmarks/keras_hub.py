@@ -41,7 +41,7 @@ import re
 import statistics
 import time
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -51,6 +51,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tfseq  # noqa: E402
+from benchmarks import harness  # noqa: E402
 from tfseq.corpus import BOOK_TO_SECTION, SECTION_NAMES  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -74,7 +75,6 @@ flags.DEFINE_integer("evals_per_epoch", 4, "Held-out evaluations per epoch (not 
 flags.DEFINE_float("tolerance", 0.01, "Time to accuracy: target = baseline's best minus this.")
 flags.DEFINE_list("schemes", ["keras_hub_512", "keras_hub_tuned", "tfseq_bucket"],
                   "Which feeds to run (keras_hub_512 is the baseline of the ratios).")
-flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 flags.DEFINE_string("plot_out", "docs/keras_hub.png", "Held-out accuracy vs seconds (PNG); "
                     "'' for none. Needs matplotlib (the plot extra).")
 flags.DEFINE_bool("quick", False, "Smoke run: 300 verses, one seed, one epoch, a tiny model "
@@ -377,4 +377,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    harness.run(main)
