@@ -305,7 +305,7 @@ class Runner:
         # Whole epochs before the one the counters hold (they restart with each epoch).
         epochs = int(trainer.epoch.numpy())
         before = epochs - 1 if epochs and not int(trainer.step_in_epoch.numpy()) else epochs
-        t.sources = t.run.records.report_sources(stream.shards, t.counters["train"],
+        t.sources = t.run.records.report_sources(t.run.shards, t.counters["train"],
                                                  epochs_before=before)
         if jit:
             t.jit = {"shape_budget": t.task.batching(t.config).num_shapes,

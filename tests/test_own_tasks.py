@@ -89,16 +89,16 @@ def test_documents_export_answers_text(tmp_path):
 
 @pytest.mark.slow
 def test_ctr_export_answers_multislot_lines(tmp_path):
-    data = ctr.generate(str(tmp_path / "data"), num_files=1, examples_per_file=100,
-                        eval_examples=10)
-    config = ctr.Config(files=tuple(data["train_files"]), eval_files=tuple(data["eval_files"]),
+    files = ctr.generate(str(tmp_path / "data"), num_files=1, examples_per_file=100,
+                         eval_examples=10)
+    config = ctr.Config(files=tuple(files["train_files"]), eval_files=tuple(files["eval_files"]),
                         batch_size=16)
     data = ctr.TASK.datasets(config)
     eval_ds, info = data.eval, data.state
     model = ctr_model.build_model(config, info)
     train_a_little(model, data)
     export = exporting.export_run(str(tmp_path), tasks.load("ctr"), config, info, model)
-    with open(data["eval_files"][0]) as f:
+    with open(files["eval_files"][0]) as f:
         lines = [line.rstrip("\n") for line in f][:10]
     bare = [line.split(" ", 2)[2] for line in lines[:3]]  # "1 <click> " left out
     served = serve_plain(export, "line", lines + bare + ["1 1 1 x"])

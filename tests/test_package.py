@@ -27,10 +27,11 @@ def test_the_wheel_installs_the_commands_and_only_the_tfseq_package(tmp_path):
     for module in ("tfseq/pipelines/classify.py", "tfseq/models/tagger.py",
                    "tfseq/scripts/train.py", "tfseq/data/kjv_en.tsv.gz"):
         assert module in names
-    # The product only: the five commands in tfseq/scripts, no benchmark or developer tool.
+    # The product only: the five commands and their flag table in tfseq/scripts, no
+    # benchmark or developer tool.
     assert sorted(n for n in names if n.startswith("tfseq/scripts/")) == [
-        f"tfseq/scripts/{m}.py" for m in ("__init__", "data_service", "export", "predict",
-                                          "profile", "train")]
+        f"tfseq/scripts/{m}.py" for m in ("__init__", "data_service", "export", "flag_table",
+                                          "predict", "profile", "train")]
     assert [n for n in names if os.path.basename(n).startswith(("bench_", "diag_"))
             or {"benchmarks", "tools"} & set(n.split("/")[:-1])] == []
     assert "tfseq/experimental.py" in names and "tfseq/lanes.py" not in names
