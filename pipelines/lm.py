@@ -37,7 +37,7 @@ class Config(GenerativeConfig):
     corpus: str = "kjv_en"                 # the embedded corpus' side: kjv_en or rv1909_es
     max_length: int = 48                   # words per line, not counting <s> and </s>
     # 1,024 cells: about the real tokens of a 32-row pad batch, and the lm learns faster at
-    # it than at 2,048: see docs/benchmarks.md#language-model-embedded-corpus
+    # it than at 2,048: see docs/convergence.md#language-model-embedded-corpus
     max_tokens: int = 1024
 
 
