@@ -88,6 +88,9 @@ def training_pipeline(files, vocab: Vocab, *, task: str = "classify",
                                        batching=spine_task.batching(config))
     # Keras cannot know an epoch's length before its end (tf.data's unknown cardinality) and
     # warns at the end of the first epoch that the input "ran out of data": that is the end
-    # of the epoch, not a problem to act on.
+    # of the epoch, not a problem to act on. Its `shuffle=True` warning (fit's default, ignored
+    # for a dataset) is not one either: this dataset shuffles itself.
     warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
+    warnings.filterwarnings("ignore", message="`shuffle=True` was passed, but will be ignored",
+                            category=UserWarning)
     return spine_task.datasets(config, state, counters={"train": counter}).train

@@ -53,7 +53,7 @@ flag_table.define(
                       "tag `tokens`, or `token` in CoNLL), `_` skips (default: the training "
                       "run's, else the embedded corpus layout book,chapter,verse,text).",
            "header": "Skip the first line of each file (no output for it; default: as the "
-                     "training run, for files in its format).",
+                     "training run, for files in its format; stdin: no header).",
            "batching": "bucket: by length under --max_tokens (input order restored); pad: "
                        "padded batches in input order of max_tokens // max_length rows.",
            "max_tokens": "Token budget per batch (rows x padded length)."})
@@ -117,9 +117,11 @@ def _predict(files, show_bar, bar, names) -> dict:
     from tfseq.pipelines.predicting import predict_files
 
     try:
+        # Lines piped in have no header unless --header says so.
+        header = FLAGS.header if FLAGS["header"].present else (
+            False if "<stdin>" in names.values() else None)
         return predict_files(FLAGS.model_dir, files, FLAGS.output, fmt=FLAGS.format,
-                             columns=FLAGS.columns,
-                             header=FLAGS.header if FLAGS["header"].present else None,
+                             columns=FLAGS.columns, header=header,
                              max_tokens=FLAGS.max_tokens, batching=FLAGS.batching,
                              pool_size=FLAGS.pool_size,
                              progress=bar.update if show_bar else None, names=names)

@@ -182,3 +182,28 @@ def test_steps_per_execution_is_checked():
         Trainer(make_model(), ds, model_dir=None, steps_per_execution=0)
     with pytest.raises(ValueError, match="on_batch sees every batch"):
         Trainer(make_model(), ds, model_dir=None, steps_per_execution=2, on_batch=print)
+
+
+def test_model_fit_on_training_pipeline_warns_nothing(tmp_path):
+    """Keras' end-of-epoch "ran out of data" and its `shuffle=True` notes are not the user's to
+    act on: ``training_pipeline`` keeps them off (the dataset shuffles itself)."""
+    import warnings
+
+    path = tmp_path / "train.tsv"
+    path.write_text("label\ttext\n" + "".join(
+        f"{'ab'[i % 2]}\t{'x y' if i % 2 else 'z'} w{i % 5}\n" for i in range(60)))
+    vocab = tfseq.Vocab.build(tfseq.formats.text_column(str(path), columns=["label", "text"],
+                                                        header=True))
+    ids = keras.Input((None,), dtype="int32", name="ids")
+    lengths = keras.Input((), dtype="int32", name="ids_length")
+    x = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(len(vocab), 4)(ids))
+    model = keras.Model({"ids": ids, "ids_length": lengths}, keras.layers.Dense(2)(x))
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # as a user's `-W error::UserWarning` would see them
+        ds = tfseq.training_pipeline(str(path), vocab, columns=("label", "text"), header=True,
+                                     labels=["a", "b"], batching="bucket", max_tokens=256,
+                                     max_length=16)
+        history = model.fit(ds, epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2
+    assert [str(w.message) for w in caught if issubclass(w.category, UserWarning)] == []

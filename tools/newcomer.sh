@@ -95,8 +95,9 @@ run 0 "$BIN/tfseq-train" --help
 run 0 "$BIN/tfseq-train" --task=classify --train_files='data/train*.tsv' \
   --eval_files=data/eval.tsv --format=tsv --header --columns=label,text --model_dir=runs/tsv \
   --epochs=2
-run 2 "$BIN/tfseq-train" --task=classify --train_files='data/train*.tsv' --format=tsv \
-  --columns=text,label --header --model_dir=runs/swapped
+# With --header the columns are the header's names, in any order.
+run 0 "$BIN/tfseq-train" --task=classify --train_files='data/train*.tsv' --format=tsv \
+  --columns=text,label --header --model_dir=runs/swapped --epochs=1
 run 2 "$BIN/tfseq-train" --task=classify --train_files='data/train*.tsv' --format=tsv \
   --columns=label,text --model_dir=runs/noheader
 run 0 "$BIN/tfseq-train" --task=lm --train_files=corpus.txt.gz --format=text \
@@ -116,7 +117,7 @@ run 0 "$BIN/tfseq-train" --task=classify --train_files='data/train*.tsv' \
   --eval_files=data/eval.tsv --format=tsv --header --columns=label,text --model_dir=runs/tsv \
   --epochs=2
 run 0 "$BIN/tfseq-train" --task=classify --train_files='texts.jsonl@0.5,data/train1.tsv@0.5' \
-  --columns=label,text --model_dir=runs/mix --epochs=1
+  --columns=label,text --header --model_dir=runs/mix --epochs=1
 run 0 "$BIN/tfseq-export" --model_dir=runs/tsv
 run 2 "$BIN/tfseq-export" --model_dir=runs/nowhere
 run 2 "$BIN/tfseq-profile" --files=data/eval.tsv
@@ -126,7 +127,8 @@ run 0 "$BIN/tfseq-profile" --task=tag --train_files=train.conll --format=conll \
   --columns=token,_,_,tag --repeats=1
 run 2 "$BIN/tfseq-data-service" --role=dispatcher
 run 0 "$BIN/python" -W error::UserWarning - <<'PY'
-import keras, tfseq
+import tfseq  # before keras: tfseq keeps TensorFlow's start-up lines off the terminal
+import keras
 vocab = tfseq.Vocab.build(tfseq.formats.text_column("data/train1.tsv", columns=["label", "text"], header=True))
 ds = tfseq.training_pipeline("data/train1.tsv", vocab, columns=("label", "text"), header=True,
                              labels=["food", "sport", "tech"], batching="bucket", max_tokens=256)
