@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import json
 import os
+import random
 import sys
 import time
 from typing import Callable
@@ -239,6 +240,9 @@ class Runner:
                                        "eval": DropCounter("eval")},
                              stats=BatchStats())
         scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
+        # The initial weights follow --seed: Keras draws an initializer's seed from Python's
+        # `random` (TensorFlow's global seed is left alone: it would change the data's order).
+        random.seed(getattr(config, "seed", 0))
         with scope:
             training.model = task.build_model(config, run.state, model_config)
         training.local_model = (training.model if strategy is None else

@@ -109,7 +109,8 @@ FLAGS_TABLE: dict[str, Flag] = {
                         "batch shape; training batches are padded and filled to a few shapes "
                         "(the report's `jit` says how many). One replica, no --data_service.",
                         False, field="jit_compile"),
-    "seed": Flag("integer", "Seed for shuffling.", 0, field="seed"),
+    "seed": Flag("integer", "Seed for shuffling and the model's initial weights.", 0,
+                 field="seed"),
     "shuffle_shard_bytes": Flag("integer", "Text per shard of the line shuffle (default 64 "
                                 "MiB): its memory bound; larger inputs are spilled into "
                                 "<model_dir>/data/ in shards of this size.",
