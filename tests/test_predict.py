@@ -1,6 +1,7 @@
 """tfseq-predict (``tfseq.pipelines.predicting``): one output line per input line, in input
 order, bad lines counted."""
 
+import functools
 import gzip
 import json
 import os
@@ -21,6 +22,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ["gen0", "gen1", "ps2", "rev3", "matt4", "isa1", "josh2", "stranger"]
 
 
+@functools.lru_cache(maxsize=None)
+def served_model(model_dir):
+    """The export of ``model_dir``, loaded once for the module's tests."""
+    return tf.saved_model.load(os.path.join(model_dir, "export"))
+
+
 def read_output(path):
     with open(path, encoding="utf-8") as f:
         text = f.read()
@@ -29,7 +36,7 @@ def read_output(path):
 
 
 @pytest.mark.slow
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=3, deadline=None)
 @given(counts=st.lists(st.integers(0, 16), min_size=1, max_size=90),
        pool_size=st.integers(1, 40), max_tokens=st.integers(12, 80))
 @example(counts=[11, 3], pool_size=1, max_tokens=12)  # found by a run: <s> + 10 + </s> = 12 cells
@@ -54,7 +61,7 @@ def test_lm_outputs_one_line_per_input_line_in_order(tiny_exports, tmp_path_fact
     # the others get their words plus </s>: the tokens column identifies each line.
     assert [int(o[1]) if o else None for o in out] == [None if n > 10 else n + 1
                                                        for n in counts]
-    served = tf.saved_model.load(os.path.join(model_dir, "export"))
+    served = served_model(model_dir)
     expected = served.serve(tf.constant(lines))["log_likelihood"].numpy()
     kept = [i for i, n in enumerate(counts) if n <= 10]
     np.testing.assert_allclose([float(out[i][0]) for i in kept], expected[kept], atol=1e-4,
@@ -79,7 +86,7 @@ def test_tsv_gzip_header_bad_lines_get_empty_outputs_and_are_counted(tiny_export
     out = read_output(tmp_path / "out.txt")
     assert len(out) == 7
     assert [i for i, line in enumerate(out) if line == ""] == [1, 3, 4, 5]
-    served = tf.saved_model.load(os.path.join(model_dir, "export"))
+    served = served_model(model_dir)
     expected = served.serve(tf.constant(["gen0 gen1 gen2", "rev3 rev4", "matt1 matt2 matt3"]))
     labels = [s.decode() for s in expected["label"].numpy()]
     best = expected["probabilities"].numpy().max(axis=1)
@@ -107,7 +114,7 @@ def test_csv_quoted_fields_and_a_broken_line(tiny_exports, tmp_path):
                            header=True, columns=["_", "text"], max_tokens=64, pool_size=4)
     out = read_output(tmp_path / "out.txt")
     assert len(out) == 4 and out[2] == "" and report["malformed"] == 1
-    served = tf.saved_model.load(os.path.join(model_dir, "export"))
+    served = served_model(model_dir)
     expected = served.serve(tf.constant(["gen0, gen1 gen2", 'rev3 "rev4"',
                                          "matt1 matt2 matt3"]))
     labels = [s.decode() for s in expected["label"].numpy()]

@@ -14,6 +14,8 @@ import tensorflow as tf
 import tfseq
 from tfseq import formats
 
+pytestmark = pytest.mark.xdist_group("test_record_formats")
+
 TOPICS = {"food": "bread soup spicy oven salad cheese".split(),
           "sports": "goal match team coach league ball".split(),
           "tech": "laptop code server chip robot cloud".split()}
@@ -153,8 +155,11 @@ def train(*args):
                           capture_output=True, text=True, env=env, timeout=600)
 
 
-@pytest.mark.slow
-def test_binary_classify_trains_on_tfrecord_and_names_a_bad_record(tmp_path):
+@pytest.fixture(scope="module")
+def tfrecord_run(tmp_path_factory):
+    """A classify run of the binary on a TFRecord file of 300 examples and one without a text
+    feature: ``(records, run folder, the command's result)``, shared by the module's tests."""
+    tmp_path = tmp_path_factory.mktemp("tfrecord_run")
     rng = random.Random(0)
     labels = sorted(TOPICS)
     records = [example(label=labels[i % 3], text=sentence(rng, labels[i % 3]))
@@ -164,6 +169,12 @@ def test_binary_classify_trains_on_tfrecord_and_names_a_bad_record(tmp_path):
     out = train("--task=classify", f"--train_files={path}", "--columns=label,text",
                 "--batching=pad", "--batch_size=16", "--epochs=3", f"--model_dir={run}",
                 "--verbose=0")
+    return records, run, out
+
+
+@pytest.mark.slow
+def test_binary_classify_trains_on_tfrecord_and_names_a_bad_record(tfrecord_run, tmp_path):
+    records, run, out = tfrecord_run
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((run / "report.json").read_text())
     assert report["counters"]["train"]["drops"]["malformed"] == 1
@@ -257,17 +268,11 @@ def test_classify_on_jsonl_matches_the_same_rows_as_tsv(tmp_path):
 
 
 @pytest.mark.slow
-def test_predict_reads_jsonl_and_tfrecord_inputs_in_order(tmp_path):
-    rng = random.Random(2)
-    labels = sorted(TOPICS)
-    data = [(labels[i % 3], sentence(rng, labels[i % 3])) for i in range(300)]
-    train_file = tmp_path / "train.jsonl"
-    train_file.write_text("".join(json.dumps({"label": l, "text": t}) + "\n" for l, t in data))
-    run = tmp_path / "run"
-    out = train("--task=classify", f"--train_files={train_file}", "--columns=label,text",
-                "--batching=pad", "--batch_size=16", "--epochs=3", f"--model_dir={run}",
-                "--verbose=0")
-    assert out.returncode == 0, out.stderr[-3000:]
+def test_predict_reads_jsonl_and_tfrecord_inputs_in_order(tfrecord_run, tmp_path):
+    from tfseq.pipelines.predicting import predict_files
+
+    _, run, trained = tfrecord_run
+    assert trained.returncode == 0, trained.stderr[-3000:]
     queries = [("food", "bread soup cheese"), ("tech", "laptop code robot"),
                ("sports", "goal match coach")]
     jsonl = tmp_path / "q.jsonl"
@@ -275,15 +280,21 @@ def test_predict_reads_jsonl_and_tfrecord_inputs_in_order(tmp_path):
                      + '{"no_text": 1}\n')
     records = write_records(tmp_path / "q.tfrecord",
                             [example(text=t) for _, t in queries] + [example(other="x")])
+    # The binary on JSON Lines (predictions on stdout, the bad line named on stderr) ...
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    for path in (str(jsonl), records):
-        got = subprocess.run([sys.executable, "-m", "tfseq.scripts.predict", f"--model_dir={run}",
-                              f"--files={path}", "--output=-"], capture_output=True, text=True,
-                             env=env, timeout=300)
-        assert got.returncode == 0, got.stderr[-3000:]
-        predicted = [line.split("\t")[0] for line in got.stdout.splitlines()]
-        assert predicted == ["food", "tech", "sports", ""], path
-        assert f"{path}:4 (output line 4): malformed" in got.stderr
+    got = subprocess.run([sys.executable, "-m", "tfseq.scripts.predict", f"--model_dir={run}",
+                          f"--files={jsonl}", "--output=-"], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert got.returncode == 0, got.stderr[-3000:]
+    assert [line.split("\t")[0] for line in got.stdout.splitlines()] == [
+        "food", "tech", "sports", ""]
+    assert f"{jsonl}:4 (output line 4): malformed" in got.stderr
+    # ... and the same run's predict on TFRecord, in this process.
+    report = predict_files(str(run), [records], str(tmp_path / "out.txt"))
+    predicted = [line.split("\t")[0]
+                 for line in (tmp_path / "out.txt").read_text().split("\n")[:-1]]
+    assert predicted == ["food", "tech", "sports", ""]
+    assert report["first_unusable"] == [f"{records}:4 (output line 4): malformed"]
 
 
 @pytest.mark.slow

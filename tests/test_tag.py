@@ -149,9 +149,9 @@ def test_train_export_and_predict_tags_one_line_per_input_line(tmp_path):
     assert got[:2] == ["T0", "T0 T1 T2 T0 T1 T2"]
     assert len(got[2].split()) == 3
     (tmp_path / "in.txt").write_text("\n".join(lines + [""]) + "\n")
-    out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "predict.py"), f"--model_dir={run}",
-         f"--files={tmp_path / 'in.txt'}", f"--output={tmp_path / 'out.txt'}", "--verbose=0"],
-        capture_output=True, text=True, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
+    # tfseq-predict's work, in this process (the binary itself: tests/test_predict.py).
+    from tfseq.pipelines.predicting import predict_files
+
+    report = predict_files(str(run), [str(tmp_path / "in.txt")], str(tmp_path / "out.txt"))
+    assert (report["lines"], report["empty"]) == (4, 1)
     assert (tmp_path / "out.txt").read_text().split("\n") == got + ["", ""]
