@@ -25,7 +25,7 @@ def _per_example(ds):
     return ds.map(lambda e: e)  # ragged-rank-0 rows -> TensorSpec([None]) examples
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(lengths=st.lists(st.integers(0, 12), min_size=1, max_size=40),
        rows=st.integers(1, 9), max_length=st.integers(1, 12))
 def test_bucketing_ragged_batches_emits_each_example_once(lengths, rows, max_length):
@@ -45,7 +45,7 @@ def test_bucketing_ragged_batches_emits_each_example_once(lengths, rows, max_len
     assert counter.drops() == {"too_long": len(lengths) - len(expected)}
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(lengths=st.lists(st.integers(0, 12), min_size=1, max_size=50),
        rows=st.integers(1, 9), max_length=st.integers(2, 12), multiple=st.sampled_from([2, 3, 4]),
        pool_size=st.integers(1, 12), shuffle=st.booleans())
@@ -104,9 +104,8 @@ def test_pack_ragged_batches_equals_examples(seed):
     lengths = [4, 5, 2, 1, 7, 3, 3, 6, 2]
     pack = lambda ds: ds.apply(tfseq.pack(8, batch_size=2, seed=seed))  # noqa: E731
     from_batches = to_list(pack(_examples(lengths).batch(64)))
-    from_examples = to_list(pack(_per_example(_examples(lengths))))
     if seed is None:
-        assert from_batches == from_examples
+        assert from_batches == to_list(pack(_per_example(_examples(lengths))))
     segments = [s for b in from_batches for row in b["label"] for s in row]
     ids = [t for b in from_batches for t in np.ravel(b["ids"]) if t]
     assert collections.Counter(ids) == collections.Counter(
@@ -149,7 +148,7 @@ def test_text_lines_batches_keep_file_order_and_strip_bom(tmp_path):
     assert out == [["one", "two"], ["three", "four"], ["five"]]
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(sizes=st.lists(st.integers(0, 7), min_size=1, max_size=4),
        num_shards=st.integers(1, 5), batch_size=st.integers(1, 4), shuffle=st.booleans())
 def test_text_lines_batches_cover_every_line_once(tmp_path_factory, sizes, num_shards,
@@ -172,22 +171,27 @@ def test_text_lines_batches_cover_every_line_once(tmp_path_factory, sizes, num_s
 
 
 def test_iterator_checkpoint_at_every_batch_resumes_bucketing_exactly(tmp_path):
-    # 45 examples in batches of 4, pools of 10 with carried tails: checkpoints taken after
+    # 30 examples in batches of 4, pools of 10 with carried tails: checkpoints taken after
     # each batch, some while a tail waits in the scan state for the next pool.
-    lengths = [1 + (i * 5) % 9 for i in range(45)]
+    lengths = [1 + (i * 5) % 9 for i in range(30)]
     options = tf.data.Options()
     options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     make = lambda: _examples(lengths).batch(4).apply(tfseq.bucket_by_length(  # noqa: E731
         max_tokens=18, pool_size=10, seed=7)).with_options(options)
-    expected = [b["label"] for b in to_list(make())]
-    assert sorted(sum(expected, [])) == list(range(45))
+    expected_ds = make()
+    expected = [b["label"] for b in to_list(expected_ds)]
+    assert sorted(sum(expected, [])) == list(range(30)) and len(expected) >= 8
     it, paths = iter(make()), {}
     for position in range(1, len(expected)):  # one pass, a checkpoint after every batch
         next(it)
         paths[position] = tf.train.Checkpoint(iterator=it).write(
             str(tmp_path / f"ckpt{position}"))
+    middle = len(expected) // 2
     for position, path in paths.items():
-        it2 = iter(make())
+        # A fresh pipeline (as a restarted run builds) for one checkpoint; the others restore
+        # into new iterators of the pipeline that gave `expected` (already read through once:
+        # the checkpoint, not the pass count, decides what comes next).
+        it2 = iter(make() if position == middle else expected_ds)
         tf.train.Checkpoint(iterator=it2).read(path).assert_consumed()
         assert [to_python(b)["label"] for b in it2] == expected[position:], position
 
@@ -211,13 +215,14 @@ def test_iterator_checkpoint_mid_pool_resumes_exactly(tmp_path, transform):
     options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     unsaved = make
     make = lambda: unsaved().with_options(options)  # noqa: E731
-    expected = [b[key] for b in to_list(make())]
+    expected_ds = make()
+    expected = [b[key] for b in to_list(expected_ds)]
     it = iter(make())
     first = [to_python(next(it))[key] for _ in range(3)]
     ckpt = tf.train.Checkpoint(iterator=it)
     path = ckpt.write(str(tmp_path / "ckpt"))
     rest_before = [to_python(b)[key] for b in it]
-    it2 = iter(make())
+    it2 = iter(expected_ds)  # read through once already: the checkpoint decides what follows
     tf.train.Checkpoint(iterator=it2).read(path).assert_consumed()
     rest_after = [to_python(b)[key] for b in it2]
     assert first + rest_before == expected
@@ -254,7 +259,7 @@ def test_through_the_data_service_every_workers_tail_is_flushed(tmp_path, transf
     # would be a split of its own on the service and reach at most one worker.
     lines, paths = [], []
     for f in range(4):
-        file_lines = [f"w{f}_{i} " + "x " * (i % 13) for i in range(300)]
+        file_lines = [f"w{f}_{i} " + "x " * (i % 13) for i in range(100)]
         (tmp_path / f"{f}.txt").write_text("\n".join(file_lines) + "\n")
         paths.append(str(tmp_path / f"{f}.txt"))
         lines += file_lines

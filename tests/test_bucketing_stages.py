@@ -301,7 +301,7 @@ def _pool_settings(draw):
     return setting, limit
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(lengths=st.lists(st.integers(0, 30), min_size=1, max_size=40), setup=_pool_settings(),
        pool_seed=st.integers(0, 2**40))
 def test_pool_batches_emit_every_kept_example_once_within_the_budget(lengths, setup,

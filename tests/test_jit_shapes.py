@@ -15,7 +15,7 @@ from tfseq.bucketing import Bucketer
 from tfseq.stats import batch_counts
 from tfseq.training import Trainer
 
-N = 600
+N = 300
 FEATURES = tfseq.ModelFeatures(("ids",), "label")
 
 

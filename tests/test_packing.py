@@ -73,7 +73,7 @@ def test_several_row_lengths_budget_and_fill():
     # Log-normal lengths (median ~12): rows of 32 hold most examples; every batch keeps to the
     # budget with rows of one length, and the gaps of the longer rows take shorter examples.
     rng = np.random.default_rng(0)
-    lengths = np.minimum(rng.lognormal(2.5, 0.8, size=3000).astype(int) + 1, 128)
+    lengths = np.minimum(rng.lognormal(2.5, 0.8, size=1500).astype(int) + 1, 128)
     data = [[int(v) for v in rng.integers(1, 1000, n)] for n in lengths]
     ds = examples(*data).apply(tfseq.pack((128, 32, 64), max_tokens=1024, seed=0,
                                           long_examples="drop", counter=tfseq.DropCounter()))
@@ -310,7 +310,7 @@ def _check_batch_layout(batches, block, rows):
 
 
 @pytest.mark.slow
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(data=st.lists(st.integers(0, 13), max_size=25),
        setting=st.sampled_from([("split", 5, 3, 2), ("split", 6, 1, 1),
                                 ("truncate", 5, 3, 2), ("drop", 6, 1, 1)]))
@@ -340,7 +340,7 @@ def test_exactly_once(data, setting):
 
 
 @pytest.mark.slow
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(data=st.lists(st.integers(0, 13), max_size=40),
        mode=st.sampled_from(["truncate", "drop"]))
 def test_several_row_lengths_exactly_once(data, mode):
@@ -364,7 +364,7 @@ def test_several_row_lengths_exactly_once(data, mode):
 
 
 @pytest.mark.slow
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(data=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), max_size=15))
 def test_pairs_exactly_once_and_aligned(data):
     key = "pairs"

@@ -197,7 +197,7 @@ def _packer(name):
     return _PACKERS[name]
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(name=st.sampled_from(sorted(_SETTINGS)),
        lengths=st.lists(st.integers(0, 14), min_size=1, max_size=30),
        pool_seed=st.integers(0, 1000))

@@ -24,8 +24,10 @@ def examples(lengths):
     return tf.data.Dataset.from_tensor_slices({"ids": ids, "label": tf.range(len(lengths))})
 
 
-# 3,000 examples of lengths 1..61: many pools (and tail pools) at the budgets below.
-LENGTHS = [1 + (37 * i * i + 11 * i) % 61 for i in range(3000)]
+# 1,200 examples of lengths 1..61: many pools (about 9 of 4,096 tokens, and tail pools) at
+# the budgets below; the batch-count comparison uses 3,000 (FILL_LENGTHS).
+LENGTHS = [1 + (37 * i * i + 11 * i) % 61 for i in range(1200)]
+FILL_LENGTHS = [1 + (37 * i * i + 11 * i) % 61 for i in range(3000)]
 
 
 def nondeterministic(ds):
@@ -52,7 +54,7 @@ def packed(parallel, options=False):
 
 def test_bucketing_is_the_same_at_any_parallelism():
     reference = bucketed(1)
-    assert len(reference) > 100
+    assert len(reference) > 40
     labels = [label for batch in reference for label in batch["label"]]
     assert sorted(labels) == list(range(len(LENGTHS)))   # every example once
     for parallel in (2, 4):
@@ -72,7 +74,7 @@ def test_bucketing_with_buckets_and_multiples_is_the_same_at_any_parallelism():
 
 def test_bucketing_keeps_the_budget_and_fills_batches():
     with parallelism(pools_and_parts=2):
-        out = to_list(examples(LENGTHS).batch(64).apply(tfseq.bucket_by_length(
+        out = to_list(examples(FILL_LENGTHS).batch(64).apply(tfseq.bucket_by_length(
             max_tokens=1024, pool_tokens=16384, seed=5)))
     cells = [len(b["ids"]) * len(b["ids"][0]) for b in out]
     real = sum(sum(b["ids_length"]) for b in out)
@@ -88,7 +90,7 @@ def test_bucketing_keeps_the_budget_and_fills_batches():
 
 def test_packing_is_the_same_at_any_parallelism():
     reference = packed(1)
-    assert len(reference) > 50
+    assert len(reference) > 40
     for parallel in (2, 4):
         assert packed(parallel) == reference, parallel
     assert packed(4, options=True) == reference
