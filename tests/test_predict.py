@@ -5,6 +5,7 @@ import functools
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -167,9 +168,14 @@ def test_binary_writes_output_and_report_and_fails_cleanly(tiny_exports, tmp_pat
     assert (report["lines"], report["empty"]) == (3, 1)
 
     # --files=- and --output=- (the default): stdin in, predictions on stdout, the report on
-    # stderr.
+    # stderr. Lines piped in have no header, even from a run trained on files with one.
+    with_header = tmp_path / "with_header"
+    shutil.copytree(tiny_exports["classify"][0], with_header)
+    info_path = with_header / "export" / "assets" / "serving.json"
+    info = json.loads(info_path.read_text())
+    info_path.write_text(json.dumps({**info, "header": True}))
     out = subprocess.run(
-        [sys.executable, script, f"--model_dir={tiny_exports['classify'][0]}", "--files=-"],
+        [sys.executable, script, f"--model_dir={with_header}", "--files=-"],
         input=(tmp_path / "in.txt").read_text(), capture_output=True, text=True, env=env,
         timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
