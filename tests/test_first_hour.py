@@ -77,7 +77,7 @@ def conll_run(data):
 @pytest.fixture(scope="module")
 def mixture_run(data):
     out = train(data, "runs/mix", "--task=classify", "--train_files=a.tsv@0.7,b.tsv@0.3",
-                "--columns=label,text", "--eval_percent=20")
+                "--columns=label,text", "--eval_percent=20", "--noexport")
     assert out.returncode == 0, out.stderr[-3000:]
     return data / "runs/mix", out
 

@@ -15,6 +15,8 @@ from tfseq.pipelines import lm, tasks, translate, verses
 from tfseq.pipelines.state import TaskState
 from tfseq.text import BOS_ID, EOS_ID
 
+pytestmark = pytest.mark.xdist_group("test_models_lm_translate")
+
 LM_CONFIG = lm.Config(max_lines=400, min_count=1, max_vocab=500, batch_size=16, max_length=30)
 TRANSLATE_CONFIG = translate.Config(max_lines=400, min_count=1, max_vocab=500, batch_size=16,
                                     max_length=30)
@@ -97,8 +99,21 @@ def test_lm_datasets_element_spec_and_exact_accounting():
     assert train_drops["other_split"] + eval_drops["other_split"] == 400
 
 
-def test_translate_datasets_element_spec():
-    data = tasks.load("translate").datasets(TRANSLATE_CONFIG)
+@pytest.fixture(scope="module")
+def translate_data():
+    """The translate task's datasets on TRANSLATE_CONFIG, read once for the module's tests (none
+    of them reads its counters)."""
+    return tasks.load("translate").datasets(TRANSLATE_CONFIG)
+
+
+@pytest.fixture(scope="module")
+def lm_data():
+    """The lm task's datasets on LM_CONFIG for the training tests (none reads its counters)."""
+    return lm.TASK.datasets(LM_CONFIG)
+
+
+def test_translate_datasets_element_spec(translate_data):
+    data = translate_data
     features, targets, weights = next(iter(data.train))
     assert sorted(features) == ["source", "source_length", "target_in", "target_in_length"]
     assert (features["target_in"].numpy()[:, 0] == BOS_ID).all()
@@ -136,9 +151,9 @@ def _train_steps(model, dataset, steps):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cell,policy", [("gru", "mixed_float16"), ("lstm", "float32")])
-def test_lm_trains_with_finite_loss(cell, policy):
+def test_lm_trains_with_finite_loss(lm_data, cell, policy):
     _set_policy(policy)
-    data = lm.TASK.datasets(LM_CONFIG)
+    data = lm_data
     model = lm_model.build_model(LM_CONFIG, data.state,
                                  lm_model.ModelConfig(cell=cell, hidden_dim=32))
     losses = _train_steps(model, data.train, 6)
@@ -150,9 +165,9 @@ def test_lm_trains_with_finite_loss(cell, policy):
 
 
 @pytest.mark.slow
-def test_translate_trains_under_mixed_precision():
+def test_translate_trains_under_mixed_precision(translate_data):
     _set_policy("mixed_float16")
-    data = translate.TASK.datasets(TRANSLATE_CONFIG)
+    data = translate_data
     model = translate_model.build_model(TRANSLATE_CONFIG, data.state,
                                         translate_model.ModelConfig(hidden_dim=32))
     assert model.get_layer("attention").compute_dtype == "float16"
@@ -162,8 +177,8 @@ def test_translate_trains_under_mixed_precision():
 
 
 @pytest.mark.slow
-def test_translate_trains_decodes_and_reloads(tmp_path):
-    data = translate.TASK.datasets(TRANSLATE_CONFIG)
+def test_translate_trains_decodes_and_reloads(tmp_path, translate_data):
+    data = translate_data
     evaluation = data.eval
     model = translate_model.build_model(TRANSLATE_CONFIG, data.state,
                                         translate_model.ModelConfig(hidden_dim=32))

@@ -134,10 +134,10 @@ def test_train_binary_two_workers_one_epoch(tmp_path):
     books = ["Gen", "Ps", "Isa", "Matt", "Rom", "Rev", "Josh"]
     lines = [f"{books[i % 7]}\t{i // 30 + 1}\t{i % 30 + 1}\t"
              + " ".join(f"{books[i % 7].lower()}{j % 5}" for j in range(i % 9 + 2))
-             for i in range(280)]
+             for i in range(140)]
     files = [tmp_path / "a.tsv", tmp_path / "b.tsv"]
-    files[0].write_text("\n".join(lines[:150]) + "\n")
-    files[1].write_text("\n".join(lines[150:]) + "\n")
+    files[0].write_text("\n".join(lines[:80]) + "\n")
+    files[1].write_text("\n".join(lines[80:]) + "\n")
     workers = [f"localhost:{free_port()}", f"localhost:{free_port()}"]
     run = tmp_path / "run"
     processes = []
@@ -168,7 +168,7 @@ def test_train_binary_two_workers_one_epoch(tmp_path):
     assert all(np.isfinite([e["loss"] for e in r["history"]]).all() for r in (chief, other))
     # Each worker read its own file once: together every line exactly once.
     assert [chief["counters"]["train"]["seen"]["lines_read"],
-            other["counters"]["train"]["seen"]["lines_read"]] == [150, 130]
+            other["counters"]["train"]["seen"]["lines_read"]] == [80, 60]
     assert tf_checkpoint_exists(run / "ckpt") and tf_checkpoint_exists(run / "workers" / "1" / "ckpt")
     # The chief evaluates and exports a single-device copy; the other worker does neither.
     assert 0.0 <= chief["eval"]["accuracy"] <= 1.0 and np.isfinite(chief["eval"]["loss"])

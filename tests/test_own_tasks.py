@@ -20,28 +20,35 @@ from tfseq.pipelines import ctr, documents, exporting, lm_tbptt, predicting, tas
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+pytestmark = pytest.mark.xdist_group("test_own_tasks")  # the module's exports are made once
+
 SERVE_WITHOUT_TFSEQ = r"""
 import json, sys
 import tensorflow as tf
 import tensorflow_text  # noqa: F401
-model = tf.saved_model.load(sys.argv[1])
-out = model.signatures["serving_default"](**{sys.argv[2]: tf.constant(json.loads(sys.argv[3]))})
+answers = []
+for export_dir, input_name, inputs in json.loads(sys.argv[1]):
+    model = tf.saved_model.load(export_dir)
+    out = model.signatures["serving_default"](**{input_name: tf.constant(inputs)})
+    answers.append({k: [x.decode() if isinstance(x, bytes) else x for x in v.numpy().tolist()]
+                    for k, v in out.items()})
 print(json.dumps({
     "tfseq_modules": [m for m in sys.modules if m == "tfseq" or m.startswith("tfseq.")],
-    **{k: [x.decode() if isinstance(x, bytes) else x for x in v.numpy().tolist()]
-       for k, v in out.items()}}))
+    "answers": answers}))
 """
 
 
-def serve_plain(export_dir, input_name, inputs):
-    """The export's answers from a plain interpreter (no tfseq on the path)."""
+def serve_plain(*requests):
+    """The answers of exports from one plain interpreter (no tfseq on the path): a request is
+    ``(export_dir, input_name, inputs)``; returns (tfseq modules loaded, [answers])."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("PYTHONPATH", None)
     out = subprocess.run([sys.executable, "-S", "-c", "import site; site.main()\n"
-                          + SERVE_WITHOUT_TFSEQ, export_dir, input_name, json.dumps(inputs)],
+                          + SERVE_WITHOUT_TFSEQ, json.dumps([list(r) for r in requests])],
                          capture_output=True, text=True, env=env, cwd="/", timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    served = json.loads(out.stdout.strip().splitlines()[-1])
+    return served["tfseq_modules"], served["answers"]
 
 
 def train_binary(task, model_dir, *flags, fault=None):
@@ -55,8 +62,7 @@ def train_a_little(model, data, steps=3):
     training.Trainer(model, data.stream, model_dir=None).fit(1, verbose=0, max_steps=steps)
 
 
-@pytest.mark.slow
-def test_documents_export_answers_text(tmp_path):
+def documents_export(tmp_path):
     names = documents.Config().class_names
     text = "".join(f"{names[i % 7]}\nthe word{i % 5} of {i % 3}\nand more words\n\n"
                    for i in range(30))
@@ -69,8 +75,64 @@ def test_documents_export_answers_text(tmp_path):
     train_a_little(model, data)
     export = exporting.export_run(str(tmp_path), tasks.load("documents"), config, info, model)
     docs = ["The word1 of 2\n\n  and MORE words \n", "unseen words here", "\n \n"]
-    served = serve_plain(export, "text", docs)
-    assert served["tfseq_modules"] == []
+    return {"dir": tmp_path, "info": info, "model": model, "names": names,
+            "request": (export, "text", docs)}
+
+
+def ctr_export(tmp_path):
+    files = ctr.generate(str(tmp_path / "data"), num_files=1, examples_per_file=100,
+                         eval_examples=10)
+    config = ctr.Config(files=tuple(files["train_files"]), eval_files=tuple(files["eval_files"]),
+                        batch_size=16)
+    data = ctr.TASK.datasets(config)
+    info = data.state
+    model = ctr_model.build_model(config, info, ctr_model.ModelConfig(
+        buckets=101, wide_buckets=101, hidden=(8,)))
+    train_a_little(model, data)
+    export = exporting.export_run(str(tmp_path), tasks.load("ctr"), config, info, model)
+    with open(files["eval_files"][0]) as f:
+        lines = [line.rstrip("\n") for line in f][:10]
+    bare = [line.split(" ", 2)[2] for line in lines[:3]]  # "1 <click> " left out
+    return {"eval": data.eval, "model": model,
+            "request": (export, "line", lines + bare + ["1 1 1 x"])}
+
+
+def lm_tbptt_export(tmp_path, mode):
+    lines = [f"Gen\t1\t{i}\tw{i % 4} w{i % 3} w{i % 5}" for i in range(30)]
+    (tmp_path / "c.tsv").write_text("\n".join(lines) + "\n")
+    config = lm_tbptt.Config(files=(str(tmp_path / "c.tsv"),), min_count=1, mode=mode,
+                             batch_size=2, tbptt=4, eval_percent=0)
+    data = lm_tbptt.TASK.datasets(config)
+    info = data.state
+    model = stateful_lm.build_model(config, info, stateful_lm.ModelConfig(embedding_dim=4,
+                                                                          units=4))
+    train_a_little(model, data)
+    export = exporting.export_run(str(tmp_path), tasks.load("lm_tbptt"), config, info, model)
+    return {"dir": tmp_path, "info": info, "model": model,
+            "request": (export, "text", ["W1 w2 w0", "w3 unknown"])}
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """documents, ctr and lm_tbptt (both modes) models trained a few steps in process and
+    exported, and the exports' answers from one plain interpreter (no tfseq)."""
+    made = {"documents": documents_export(tmp_path_factory.mktemp("documents")),
+            "ctr": ctr_export(tmp_path_factory.mktemp("ctr"))}
+    for mode in ("stream", "sequences"):
+        made[mode] = lm_tbptt_export(tmp_path_factory.mktemp(mode), mode)
+    modules, answers = serve_plain(*(made[name]["request"] for name in made))
+    for name, served in zip(made, answers):
+        made[name]["served"] = served
+    made["tfseq_modules"] = modules
+    return made
+
+
+@pytest.mark.slow
+def test_documents_export_answers_text(exports):
+    made = exports["documents"]
+    tmp_path, info, model, names, served = (made[k] for k in ("dir", "info", "model", "names",
+                                                              "served"))
+    assert exports["tfseq_modules"] == []
     to_ids = documents.encode(info["vocab"], lowercase=True)
     sentences = [["the word1 of 2", "and more words"], ["unseen words here"]]
     ids = tf.ragged.stack([to_ids(tf.constant(s)) for s in sentences])
@@ -88,23 +150,12 @@ def test_documents_export_answers_text(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctr_export_answers_multislot_lines(tmp_path):
-    files = ctr.generate(str(tmp_path / "data"), num_files=1, examples_per_file=100,
-                         eval_examples=10)
-    config = ctr.Config(files=tuple(files["train_files"]), eval_files=tuple(files["eval_files"]),
-                        batch_size=16)
-    data = ctr.TASK.datasets(config)
-    eval_ds, info = data.eval, data.state
-    model = ctr_model.build_model(config, info)
-    train_a_little(model, data)
-    export = exporting.export_run(str(tmp_path), tasks.load("ctr"), config, info, model)
-    with open(files["eval_files"][0]) as f:
-        lines = [line.rstrip("\n") for line in f][:10]
-    bare = [line.split(" ", 2)[2] for line in lines[:3]]  # "1 <click> " left out
-    served = serve_plain(export, "line", lines + bare + ["1 1 1 x"])
-    assert served["tfseq_modules"] == []
-    features, _ = next(iter(eval_ds))
-    expected = tf.sigmoid(model(features, training=False)).numpy()[:10]
+def test_ctr_export_answers_multislot_lines(exports):
+    made = exports["ctr"]
+    served = made["served"]
+    assert exports["tfseq_modules"] == []
+    features, _ = next(iter(made["eval"]))
+    expected = tf.sigmoid(made["model"](features, training=False)).numpy()[:10]
     np.testing.assert_allclose(served["probability"][:10], expected, atol=1e-5)
     np.testing.assert_allclose(served["probability"][10:13], expected[:3], atol=1e-5)
     assert served["valid"] == [True] * 13 + [False] and served["probability"][13] == 0.0
@@ -112,19 +163,10 @@ def test_ctr_export_answers_multislot_lines(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["stream", "sequences"])
-def test_lm_tbptt_export_scores_text(tmp_path, mode):
-    lines = [f"Gen\t1\t{i}\tw{i % 4} w{i % 3} w{i % 5}" for i in range(30)]
-    (tmp_path / "c.tsv").write_text("\n".join(lines) + "\n")
-    config = lm_tbptt.Config(files=(str(tmp_path / "c.tsv"),), min_count=1, mode=mode,
-                             batch_size=2, tbptt=4, eval_percent=0)
-    data = lm_tbptt.TASK.datasets(config)
-    info = data.state
-    model = stateful_lm.build_model(config, info, stateful_lm.ModelConfig(embedding_dim=4,
-                                                                          units=4))
-    train_a_little(model, data)
-    export = exporting.export_run(str(tmp_path), tasks.load("lm_tbptt"), config, info, model)
-    served = serve_plain(export, "text", ["W1 w2 w0", "w3 unknown"])
-    assert served["tfseq_modules"] == []
+def test_lm_tbptt_export_scores_text(exports, mode):
+    made = exports[mode]
+    tmp_path, info, model, served = (made[k] for k in ("dir", "info", "model", "served"))
+    assert exports["tfseq_modules"] == []
     vocab = info["vocab"]
     start = 2 if mode == "sequences" else 3  # <s> / </s>
     expected = []
@@ -144,7 +186,7 @@ def test_lm_tbptt_export_scores_text(tmp_path, mode):
 
 @pytest.mark.slow
 def test_ctr_binary_resumes_mid_epoch_and_exports(tmp_path):
-    data = ctr.generate(str(tmp_path / "data"), num_files=2, examples_per_file=300,
+    data = ctr.generate(str(tmp_path / "data"), num_files=2, examples_per_file=150,
                         eval_examples=50, bad_lines_per_file=2)
     files = [f"--files={','.join(data['train_files'])}",
              f"--eval_files={data['eval_files'][0]}", "--batch_size=32"]
@@ -154,25 +196,22 @@ def test_ctr_binary_resumes_mid_epoch_and_exports(tmp_path):
 
     whole = train(tmp_path / "whole", "--noexport")
     assert whole.returncode == 0, whole.stderr[-2000:]
-    cut = train(tmp_path / "cut", fault="after_step:8:TERM")
+    cut = train(tmp_path / "cut", fault="after_step:4:TERM")
     assert cut.returncode == 128 + signal.SIGTERM, cut.stderr[-2000:]
     assert not os.path.exists(tmp_path / "cut" / "export")
     rest = train(tmp_path / "cut")
     assert rest.returncode == 0, rest.stderr[-2000:]
     reports = [json.load(open(tmp_path / d / "report.json")) for d in ("whole", "cut")]
-    assert [r["steps"] for r in reports] == [19, 19]  # 600 good lines in batches of 32
-    assert reports[1]["resumed_at_step"] == 8
+    assert [r["steps"] for r in reports] == [10, 10]  # 300 good lines in batches of 32
+    assert reports[1]["resumed_at_step"] == 4
     assert [r["data_state_bytes"] for r in reports] == [0, 0]
     # The resumed epoch recounted its replayed part: the counts of one whole pass.
     assert reports[1]["counters"]["train"] == reports[0]["counters"]["train"]
-    assert reports[0]["counters"]["train"]["seen"]["lines_read"] == 604
+    assert reports[0]["counters"]["train"]["seen"]["lines_read"] == 304
     assert sum(reports[0]["counters"]["train"]["drops"].values()) == 4
     with open(tmp_path / "cut" / "export" / "assets" / "serving.json") as f:
         assert json.load(f)["task"] == "ctr"
     lines = ["1 1 1 5 1 7 1 3 2 4 5 3 1 2 3 3 0.5 -0.2 1.0", "1 1 1 5"]
-    answers = serve_plain(str(tmp_path / "cut" / "export"), "line", lines)
-    assert answers["valid"] == [True, False]
-    assert 0.0 < answers["probability"][0] < 1.0 and answers["probability"][1] == 0.0
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
     predicted = subprocess.run(
         [sys.executable, "-m", "tfseq.scripts.predict", f"--model_dir={tmp_path / 'cut'}",
@@ -180,15 +219,19 @@ def test_ctr_binary_resumes_mid_epoch_and_exports(tmp_path):
         capture_output=True, text=True, cwd=ROOT, timeout=300,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert predicted.returncode == 0, predicted.stderr[-2000:]
-    assert (tmp_path / "out.txt").read_text() == f"{answers['probability'][0]:.6f}\n\n"
-    assert "unusable lines (empty output): 1 {'malformed': 1}" in predicted.stdout
     # tfseq-export from the run directory: the same model as the export written at the end.
     exported = subprocess.run(
         [sys.executable, "-m", "tfseq.scripts.export", f"--model_dir={tmp_path / 'cut'}",
          f"--export_dir={tmp_path / 'again'}"], capture_output=True, text=True, cwd=ROOT,
         timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert exported.returncode == 0, exported.stderr[-2000:]
-    again = serve_plain(str(tmp_path / "again"), "line", lines)
+    modules, (answers, again) = serve_plain((str(tmp_path / "cut" / "export"), "line", lines),
+                                            (str(tmp_path / "again"), "line", lines))
+    assert modules == []
+    assert answers["valid"] == [True, False]
+    assert 0.0 < answers["probability"][0] < 1.0 and answers["probability"][1] == 0.0
+    assert (tmp_path / "out.txt").read_text() == f"{answers['probability'][0]:.6f}\n\n"
+    assert "unusable lines (empty output): 1 {'malformed': 1}" in predicted.stdout
     np.testing.assert_allclose(again["probability"], answers["probability"], atol=1e-6)
 
 

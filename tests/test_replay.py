@@ -136,7 +136,8 @@ def test_ctr_resume_sees_each_batch_once(tmp_path):
     data = ctr.TASK.datasets(config)
     info = data.state
     whole, state = _resume_sees_each_batch_once(
-        tmp_path, data, lambda: ctr_model.build_model(config, info, ctr_model.ModelConfig()))
+        tmp_path, data, lambda: ctr_model.build_model(config, info, ctr_model.ModelConfig(
+            buckets=101, wide_buckets=101, hidden=(8,))))
     assert len(whole) == 2 * 8  # 120 lines in batches of 16
     assert sum(len(labels) for _, labels in whole[:8]) == 120
     assert state == 0
