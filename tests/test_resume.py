@@ -22,6 +22,16 @@ pytestmark = pytest.mark.xdist_group("test_resume")
 DATA_STATE_BOUND = 1024  # bytes: the cursor (3 int64) and the train counters (int64 each)
 
 
+@pytest.fixture
+def as_the_runner_traces():
+    """Dataset functions traced as the training binary traces them (no AutoGraph conversion:
+    seconds of every stream's start)."""
+    from tfseq._common import traced_as_written
+
+    with traced_as_written():
+        yield
+
+
 def write_corpus(path, lines=1200, seed=0):
     """``label<TAB>text`` sorted by label; every line's first word ``t<i>`` is its id."""
     rng = random.Random(seed)
@@ -72,7 +82,8 @@ def run_trainer(task, config, state, shards, model_dir, *, max_steps=None, epoch
 
 @pytest.mark.slow
 @pytest.mark.parametrize("batching", ["pad", "bucket", "pack"])
-def test_bounded_data_state_and_an_exact_mid_epoch_resume(tmp_path, batching):
+def test_bounded_data_state_and_an_exact_mid_epoch_resume(tmp_path, batching,
+                                                         as_the_runner_traces):
     import tfseq
     from tfseq.pipelines import classify, sources
     from tfseq.training import checkpoints_newest_first, data_state_bytes
@@ -168,7 +179,8 @@ def epoch_steps(stream, tokens, in_order=False) -> list[list[int]]:
 
 
 @pytest.mark.slow
-def test_a_run_resumes_on_another_number_of_replicas_at_the_same_global_budget(tmp_path):
+def test_a_run_resumes_on_another_number_of_replicas_at_the_same_global_budget(
+        tmp_path, as_the_runner_traces):
     # Runs cut after 3 steps on 2 replicas resumed on 4 (bucket, pack), and on 4 resumed on 2
     # (bucket); each replica count a process of its own, as a user's.
     import tfseq
@@ -268,7 +280,8 @@ def refused(corpus, run, **changes):
 
 
 @pytest.mark.slow
-def test_changed_settings_stop_before_training_naming_each_change(finished_run):
+def test_changed_settings_stop_before_training_naming_each_change(finished_run,
+                                                                  as_the_runner_traces):
     corpus, run = finished_run
     saved_vocab = (run / "vocab.txt").read_text()
     for change, expected in [
