@@ -88,12 +88,12 @@ def test_bounded_data_state_and_an_exact_mid_epoch_resume(tmp_path, batching,
     from tfseq.pipelines import classify, sources
     from tfseq.training import checkpoints_newest_first, data_state_bytes
 
-    corpus = write_corpus(tmp_path / "sorted.tsv")
-    # Shards of ~4 KB: the 58 KB corpus is spilled into 15 of them, the line shuffle on.
+    corpus = write_corpus(tmp_path / "sorted.tsv", lines=600)
+    # Shards of ~2 KB: the 29 KB corpus is spilled into 15 of them, the line shuffle on.
     config = classify.Config(train_files=(corpus,), columns=("label", "text"), eval_percent=0,
                              min_count=1, batching=batching, batch_size=16, max_tokens=96,
                              max_length=12, block_length=(8, 16), max_segments=8,
-                             shuffle_shard_bytes=4096)
+                             shuffle_shard_bytes=2048)
     task = classify.TASK
     shards = task.record_shards(config, directory=str(tmp_path / "shards"))
     state, setup = task.prepare(config, shards=shards,
@@ -104,7 +104,7 @@ def test_bounded_data_state_and_an_exact_mid_epoch_resume(tmp_path, batching,
     full_counter = tfseq.DropCounter("train")
     full_steps = epoch_steps(task.training_stream(config, state, full_counter, shards),
                              state.vocab.tokens, in_order=True)
-    assert sorted(i for step in full_steps for i in step) == list(range(1200))
+    assert sorted(i for step in full_steps for i in step) == list(range(600))
     cut = len(full_steps) // 2 + 1
     part, cut_steps, _ = run_trainer(task, config, state, shards, tmp_path / "cut",
                                      max_steps=cut)
@@ -115,7 +115,7 @@ def test_bounded_data_state_and_an_exact_mid_epoch_resume(tmp_path, batching,
                                            steps_log=cut_steps)
     assert not rest.interrupted and rest.steps_done == len(full_steps)
     assert cut_steps == full_steps  # the same batches in the same order: none lost, none twice
-    assert counter.seen() == full_counter.seen() == {"lines_read": 1200, "truncated": 0}
+    assert counter.seen() == full_counter.seen() == {"lines_read": 600, "truncated": 0}
     assert counter.drops() == full_counter.drops()
 
 
