@@ -10,10 +10,11 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BOOKS = ["Gen", "Ps", "Isa", "Matt", "Rom", "Rev", "Josh"]
+# The slow tests share one bucketed run (``bucket_run``): one process runs them all.
+pytestmark = pytest.mark.xdist_group("test_train_binary")
 
 
-@pytest.fixture
-def tiny_corpus(tmp_path):
+def write_tiny_corpus(path):
     lines = []
     for i in range(280):
         book = BOOKS[i % len(BOOKS)]
@@ -21,9 +22,13 @@ def tiny_corpus(tmp_path):
         lines.append(f"{book}\t{i // 30 + 1}\t{i % 30 + 1}\t{words}")
     lines.append("broken line without tabs")
     lines.append("Gen\t1\t99\t")
-    path = tmp_path / "tiny.tsv"
     path.write_text("\n".join(lines) + "\n")
     return str(path)
+
+
+@pytest.fixture
+def tiny_corpus(tmp_path):
+    return write_tiny_corpus(tmp_path / "tiny.tsv")
 
 
 def train(*args, timeout=300):
@@ -67,19 +72,31 @@ def test_help_exits_0_with_the_commands_flags():
     assert "tfseq-train --task=classify" in out.stdout and "--max_tokens" in out.stdout
 
 
-@pytest.mark.slow
-def test_a_refused_setting_writes_nothing_and_another_tasks_dir_is_one_line(tmp_path,
-                                                                               tiny_corpus):
-    run = tmp_path / "run"
-    common = (f"--files={tiny_corpus}", "--batching=bucket", "--max_length=32",
-              f"--model_dir={run}", "--verbose=0", "--epochs=1")
-    line = error_line(train(*common, "--max_tokens=20"))
-    assert line == ("tfseq-train: error: max_tokens=20 cannot hold one example of 32 tokens "
-                    "(max_length); raise max_tokens or lower max_length")
-    assert not run.exists()  # nothing written: the corrected command is a new run
-    out = train(*common, "--max_tokens=64", "--max_steps=2")
+@pytest.fixture(scope="module")
+def bucket_run(tmp_path_factory):
+    """A bucketed run (buckets 8 and 16) first refused for a budget that cannot hold one
+    example, then trained for an epoch with ``--jit_compile`` and exported:
+    ``{"run", "refused", "written_by_refused", "out"}``."""
+    base = tmp_path_factory.mktemp("bucket")
+    corpus = write_tiny_corpus(base / "tiny.tsv")
+    run = base / "jit"
+    common = (f"--files={corpus}", "--batching=bucket", f"--model_dir={run}", "--verbose=0",
+              "--epochs=1")
+    refused = error_line(train(*common, "--max_tokens=20", "--max_length=32"))
+    written = run.exists()
+    # The corrected command (a lower max_length) is a new run.
+    out = train(*common, "--jit_compile", "--max_tokens=64", "--max_length=16")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert (run / "export" / "saved_model.pb").exists()  # stopped by --max_steps: exported
+    return {"run": run, "refused": refused, "written_by_refused": written, "out": out}
+
+
+@pytest.mark.slow
+def test_a_refused_setting_writes_nothing_and_another_tasks_dir_is_one_line(bucket_run):
+    run = bucket_run["run"]
+    assert bucket_run["refused"] == (
+        "tfseq-train: error: max_tokens=20 cannot hold one example of 32 tokens "
+        "(max_length); raise max_tokens or lower max_length")
+    assert not bucket_run["written_by_refused"]  # the corrected command is a new run
     line = error_line(train("--task=lm", f"--model_dir={run}", "--verbose=0"))
     assert line == (f"tfseq-train: error: {run} holds a --task=classify run, not --task=lm: "
                     f"give this run its own --model_dir (--flagfile={run / 'flags.txt'} "
@@ -98,6 +115,7 @@ def test_short_run_report_flagfile_and_resume(tmp_path, tiny_corpus):
     assert report["learning_rate"] == pytest.approx(0.004)
     assert (run / "flags.txt").exists() and json.loads((run / "argv.json").read_text())[1:3] == [
         f"--files={tiny_corpus}", "--batching=pad"]
+    assert (run / "export" / "saved_model.pb").exists()  # stopped by --max_steps: exported
 
     # The flagfile reproduces the config and resumes the interrupted run to the end.
     out = train(f"--flagfile={run / 'flags.txt'}", "--max_steps=1000")
@@ -144,17 +162,14 @@ def test_two_replicas_train_an_epoch_with_split_batches(tmp_path, tiny_corpus, b
 
 
 @pytest.mark.slow
-def test_jit_compile_trains_an_epoch_within_its_shape_budget(tmp_path, tiny_corpus):
+def test_jit_compile_trains_an_epoch_within_its_shape_budget(bucket_run):
     # Buckets 8 and 16 (max_length 16): at most 2 training batch shapes, so at most 2 XLA
     # programs; every training example is trained once.
-    run = tmp_path / "jit"
-    out = train(f"--files={tiny_corpus}", "--jit_compile", "--epochs=1", "--max_tokens=64",
-                "--max_length=16", f"--model_dir={run}", "--verbose=0")
-    assert out.returncode == 0, out.stderr[-3000:]
+    run = bucket_run["run"]
     report = json.loads((run / "report.json").read_text())
     assert report["jit"]["shape_budget"] == 2
     assert 1 <= report["jit"]["compiled_shapes"] <= 2
-    assert "XLA (--jit_compile): " in out.stdout
+    assert "XLA (--jit_compile): " in bucket_run["out"].stdout
     # Every kept training line trained once; the rows added to fill batches are not counted.
     drops = sum(report["counters"]["train"]["drops"].values())  # 20 held out, 2 bad lines
     assert report["examples_trained"] == 282 - drops == 260
@@ -248,6 +263,8 @@ def test_a_command_prints_no_tensorflow_start_up_lines(tmp_path, how):
     assert out.stderr.splitlines() == [
         f"tfseq-export: error: No {tmp_path / 'none'}/run.json: export needs a directory "
         "written by tfseq-train"]
+    if how == "module":
+        return  # TFSEQ_TF_LOGS=1 asked through the file alone: one process fewer
     shown = subprocess.run([sys.executable, *command, f"--model_dir={tmp_path / 'none'}"],
                            capture_output=True, text=True, env={**env, "TFSEQ_TF_LOGS": "1"},
                            timeout=120, cwd=tmp_path)
