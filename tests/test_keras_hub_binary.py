@@ -19,8 +19,9 @@ import pytest
 
 import cli
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None,
-                                reason="KerasHub is not installed (pip install tfseq[keras-hub])")
+pytestmark = [pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None,
+                                 reason="KerasHub is not installed (pip install tfseq[keras-hub])"),
+              pytest.mark.xdist_group("test_keras_hub_binary")]
 
 WORDS = {"pos": ["good", "great", "fine", "nice", "happy"],
          "neg": ["bad", "awful", "poor", "sad", "ugly"]}

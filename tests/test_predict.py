@@ -18,6 +18,9 @@ from hypothesis import strategies as st
 from tfseq.errors import InputError
 from tfseq.pipelines.predicting import predict_files
 
+# One worker runs the modules that share the session's tiny exports (conftest).
+pytestmark = pytest.mark.xdist_group("tiny_exports")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 WORDS = ["gen0", "gen1", "ps2", "rev3", "matt4", "isa1", "josh2", "stranger"]

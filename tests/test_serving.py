@@ -17,6 +17,9 @@ from tfseq.pipelines import runs, tasks
 from tfseq.pipelines.classify import ServedClassifier
 from tfseq.pipelines.exporting import export_run, load_run, restore_model
 
+# One worker runs the modules that share the session's tiny exports (conftest).
+pytestmark = pytest.mark.xdist_group("tiny_exports")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TEXTS = ["gen0 gen1 gen2", "Rev3 rev4 rev0", "matt1 unknownword", "ps0 ps1 ps2 ps3 ps4 ps0 ps1"]
