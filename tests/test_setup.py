@@ -32,20 +32,26 @@ def train(*args, env=None):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tokenizer", ["wordpiece", "sentencepiece"])
-def test_one_read_gives_labels_a_uniform_sample_and_the_shards(tmp_path, tokenizer):
+@pytest.mark.parametrize("tokenizer,verbose", [("wordpiece", 1), ("sentencepiece", 0)])
+def test_one_read_gives_labels_a_uniform_sample_and_the_shards(tmp_path, tokenizer, verbose):
     corpus = sorted_corpus(tmp_path / "sorted.tsv")
     run = tmp_path / "run"
     # 200 sampled lines of 2,000: the first 200 would hold none of the last tenth's words;
-    # shards of 8 KB: the 53 KB file is spilled into 7 of them in the same read.
+    # shards of 8 KB: the 53 KB file is spilled into 7 of them in the same read. Every phase
+    # is "long" when lines are due every 0 s (TFSEQ_PROGRESS_SECONDS).
     out = train(f"--train_files={corpus}", "--columns=label,text", f"--tokenizer={tokenizer}",
                 "--vocab_size=200", "--vocab_max_lines=200", "--shuffle_shard_bytes=8192",
-                "--epochs=1", "--max_steps=1", f"--model_dir={run}", "--verbose=0", "--noexport",
-                env={"TFSEQ_PROGRESS_SECONDS": "0"})
+                "--epochs=1", "--max_steps=1", f"--model_dir={run}", f"--verbose={verbose}",
+                "--noexport", env={"TFSEQ_PROGRESS_SECONDS": "0"})
     assert out.returncode == 0, out.stderr[-3000:]
-    # --verbose=0: no progress line, also with lines due every 0 s (TFSEQ_PROGRESS_SECONDS).
-    assert "reading the training records" not in out.stderr
-    assert f"learning a {tokenizer} vocabulary" not in out.stderr
+    if verbose:  # progress on the long phases
+        assert "reading the training records: 2,000 records" in out.stderr
+        assert "MB/s" in out.stderr
+        assert "learning a wordpiece vocabulary of 200 from 200 lines" in out.stderr
+        assert "done in" in out.stderr
+    else:  # --verbose=0: no progress line, also with lines due every 0 s
+        assert "reading the training records" not in out.stderr
+        assert f"learning a {tokenizer} vocabulary" not in out.stderr
     report = json.loads((run / "report.json").read_text())
     assert report["setup"]["passes"] == 1
     assert report["setup"]["records"] == 2000
@@ -55,29 +61,13 @@ def test_one_read_gives_labels_a_uniform_sample_and_the_shards(tmp_path, tokeniz
     if tokenizer == "wordpiece":  # frequent in the sample: whole words of the vocabulary
         vocab = (run / "vocab.txt").read_text().split("\n")
         assert {"zebra", "quokka", "axolotl"} <= set(vocab)
+        # A resume reads nothing before its first step: vocabulary, labels and shards are
+        # saved.
+        out = train(f"--flagfile={run / 'flags.txt'}", "--max_steps=1", "--noexport")
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert json.loads((run / "report.json").read_text())["setup"]["passes"] == 0
     else:  # their letters z, q, x, b, k, l, u, p occur nowhere else: none is <unk>
         import sentencepiece as spm
         processor = spm.SentencePieceProcessor(model_file=str(run / "vocab.model"))
         pieces = processor.encode("zebra quokka axolotl", out_type=str)
         assert processor.unk_id() not in processor.encode("zebra quokka axolotl"), pieces
-
-    # A resume reads nothing before its first step: vocabulary, labels and shards are saved.
-    out = train(f"--flagfile={run / 'flags.txt'}", "--max_steps=1", "--noexport")
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads((run / "report.json").read_text())["setup"]["passes"] == 0
-
-
-@pytest.mark.slow
-def test_progress_lines_on_the_long_phases(tmp_path):
-    corpus = sorted_corpus(tmp_path / "sorted.tsv", lines=3000)
-    args = [f"--train_files={corpus}", "--columns=label,text", "--tokenizer=wordpiece",
-            "--vocab_size=200", "--eval_percent=0", "--epochs=1", "--max_steps=1",
-            "--noexport"]
-    # Every phase is "long" when lines are due every 0 s (TFSEQ_PROGRESS_SECONDS).
-    out = train(*args, f"--model_dir={tmp_path / 'loud'}", env={"TFSEQ_PROGRESS_SECONDS": "0"})
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "reading the training records: 3,000 records" in out.stderr
-    assert "MB/s" in out.stderr
-    assert "learning a wordpiece vocabulary of 200 from 3,000 lines" in out.stderr
-    assert "done in" in out.stderr
-    # --verbose=0 hides them: test_one_read_gives_labels_a_uniform_sample_and_the_shards.
