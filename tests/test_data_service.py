@@ -23,8 +23,7 @@ SCRIPT = os.path.join(ROOT, "scripts", "data_service.py")
 NUM_FILES, LINES_PER_FILE = 4, 150  # 600 examples, ids 0..599
 ELEMENTS = 6000  # the epoch read through a killed worker or dispatcher
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.xdist_group("test_data_service")]
+pytestmark = pytest.mark.slow
 
 
 def free_port():
