@@ -310,7 +310,7 @@ def _check_batch_layout(batches, block, rows):
 
 
 @pytest.mark.slow
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(data=st.lists(st.integers(0, 13), max_size=25),
        setting=st.sampled_from([("split", 5, 3, 2), ("split", 6, 1, 1),
                                 ("truncate", 5, 3, 2), ("drop", 6, 1, 1)]))
@@ -340,7 +340,7 @@ def test_exactly_once(data, setting):
 
 
 @pytest.mark.slow
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(data=st.lists(st.integers(0, 13), max_size=40),
        mode=st.sampled_from(["truncate", "drop"]))
 def test_several_row_lengths_exactly_once(data, mode):
