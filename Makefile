@@ -22,16 +22,15 @@ demo: $(STAMP)
 # (servers and binaries in separate processes); CI runs both. `make bench`: each benchmark in
 # BENCHES, its table on stdout and its JSON in bench_out/ (docs/benchmarks.md).
 # Tests run in TEST_WORKERS processes (pytest-xdist; 0: in this process), by default one more
-# than the cores, at most 4 (each holds a TensorFlow runtime). `make test` runs each module on
-# one worker (`loadscope`), so a run a module's tests share (a module fixture) is trained once;
-# `make test-slow` still spreads tests one by one (`loadgroup`), as last timed.
+# than the cores, at most 4 (each holds a TensorFlow runtime), each module whole on one worker
+# (`loadscope`), so a run a module's tests share (a module fixture) is trained once.
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0)) + 1))")
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=15
 test: $(STAMP)
-	$(PYTEST) --dist loadscope -m "not slow" tests
+	$(PYTEST) -m "not slow" tests
 
 test-slow: $(STAMP)
-	$(PYTEST) --dist loadgroup -m slow tests
+	$(PYTEST) -m slow tests
 
 test-all: test test-slow
 
