@@ -72,9 +72,9 @@ def test_mixed_records_blocks_exact_once_per_source_epoch_and_resume_anywhere(tm
     assert mixed.sizes == [30, 21]
     assert mixed.chunk.tolist() == [4, 2] and mixed.block == 6   # 51 // 8 = 6 -> 2 periods
     assert mixed.blocks_per_epoch == 9                           # ceil(51 / 6)
-    sequence, epochs = [], {}
+    sequence, read = [], {}
     for epoch in range(3):
-        blocks = epochs[epoch] = epoch_records(mixed, epoch)
+        blocks = read[epoch] = epoch_records(mixed, epoch)
         assert [start for start, _ in blocks] == list(range(0, 54, 6))
         for _, records in blocks:
             assert [r[0] for r in records] == ["a"] * 4 + ["b"] * 2
@@ -88,7 +88,7 @@ def test_mixed_records_blocks_exact_once_per_source_epoch_and_resume_anywhere(tm
     # From any block of any epoch, the rest of the epoch is what an uninterrupted read gave.
     for epoch, offset in ((0, 6), (1, 30), (2, 48)):
         assert epoch_records(mixed, epoch, offset) == [
-            (s, r) for s, r in epochs[epoch] if s >= offset]
+            (s, r) for s, r in read[epoch] if s >= offset]
 
 
 def test_a_mixture_needs_records_in_every_source(tmp_path):
