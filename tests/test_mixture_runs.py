@@ -1,5 +1,6 @@
-"""Training on a mixture of corpora: MixedRecords, the stream's exact resume on any number of
-replicas, and the binary's GLOB@WEIGHT with report.json's sources."""
+"""Training on a mixture of corpora: MixedRecords, the stream's exact resume, and the binary's
+GLOB@WEIGHT and --sources with report.json's sources. (A mixture resumed on another number of
+replicas: tests/test_resume.py's elastic test.)"""
 
 import collections
 import json

@@ -469,7 +469,8 @@ def test_report_has_one_schema_single_replicated_and_two_workers(tmp_path, finis
     # Each worker read its own file once: together every line exactly once.
     assert [chief["counters"]["train"]["seen"]["lines_read"],
             other["counters"]["train"]["seen"]["lines_read"]] == [120, 80]
-    assert tf_checkpoint_exists(run / "ckpt") and tf_checkpoint_exists(run / "workers" / "1" / "ckpt")
+    assert tf_checkpoint_exists(run / "ckpt")
+    assert tf_checkpoint_exists(run / "workers" / "1" / "ckpt")
     # The chief evaluates and exports a single-device copy; the other worker does neither.
     assert other["eval"] == {}
     assert (run / "export" / "saved_model.pb").exists()
