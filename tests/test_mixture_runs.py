@@ -1,13 +1,12 @@
-"""Training on a mixture of corpora: MixedRecords, the stream's exact resume on any number of
-replicas, and the binary's GLOB@WEIGHT with report.json's sources."""
+"""Training on a mixture of corpora: MixedRecords, the stream's exact resume, and the binary's
+GLOB@WEIGHT and --sources with report.json's sources. (A mixture resumed on another number of
+replicas: tests/test_resume.py's elastic test.)"""
 
 import collections
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
+import warnings
 
 import keras
 import pytest
@@ -19,6 +18,15 @@ from tfseq.mixing import MixedRecords
 from tfseq.resumable import RecordShards
 
 LABELS = ("east", "north", "south", "west")
+
+
+@pytest.fixture
+def as_the_runner_traces():
+    """Dataset functions traced as the training binary traces them (no AutoGraph conversion)."""
+    from tfseq._common import traced_as_written
+
+    with traced_as_written():
+        yield
 
 
 def write_source(path, first_id, lines, seed=0):
@@ -65,9 +73,9 @@ def test_mixed_records_blocks_exact_once_per_source_epoch_and_resume_anywhere(tm
     assert mixed.sizes == [30, 21]
     assert mixed.chunk.tolist() == [4, 2] and mixed.block == 6   # 51 // 8 = 6 -> 2 periods
     assert mixed.blocks_per_epoch == 9                           # ceil(51 / 6)
-    sequence = []
+    sequence, read = [], {}
     for epoch in range(3):
-        blocks = epoch_records(mixed, epoch)
+        blocks = read[epoch] = epoch_records(mixed, epoch)
         assert [start for start, _ in blocks] == list(range(0, 54, 6))
         for _, records in blocks:
             assert [r[0] for r in records] == ["a"] * 4 + ["b"] * 2
@@ -81,7 +89,7 @@ def test_mixed_records_blocks_exact_once_per_source_epoch_and_resume_anywhere(tm
     # From any block of any epoch, the rest of the epoch is what an uninterrupted read gave.
     for epoch, offset in ((0, 6), (1, 30), (2, 48)):
         assert epoch_records(mixed, epoch, offset) == [
-            (s, r) for s, r in epoch_records(mixed, epoch) if s >= offset]
+            (s, r) for s, r in read[epoch] if s >= offset]
 
 
 def test_a_mixture_needs_records_in_every_source(tmp_path):
@@ -131,8 +139,10 @@ def run_trainer(config, state, shards, model_dir, *, max_steps=None, steps=None)
 
 
 @pytest.mark.slow
-def test_a_mixture_stream_trains_the_weights_and_resumes_exactly(tmp_path):
+def test_a_mixture_stream_trains_the_weights_and_resumes_exactly(tmp_path, as_the_runner_traces):
+    import tfseq
     from tfseq.pipelines import classify, sources
+    from tfseq.pipelines.spine import committed
     from tfseq.training import checkpoints_newest_first, data_state_bytes
 
     news = write_source(tmp_path / "news.tsv", 0, 600)
@@ -145,7 +155,12 @@ def test_a_mixture_stream_trains_the_weights_and_resumes_exactly(tmp_path):
     # One read of each source to learn, one more each to write its shards.
     assert [p.num_shards for p in shards.parts] == [7, 4] and setup.passes == 4
     assert shards.sizes == [600, 300] and shards.block == 120  # >= 900 // 8: 12 periods of 10
-    full, steps, counter = run_trainer(config, state, shards, tmp_path / "full")
+    # The uninterrupted epoch's batches and counts, from the stream itself (no training;
+    # ``spine.committed`` adds the counts and skips batches with no example).
+    counter = tfseq.DropCounter("train")
+    stream = task.training_stream(config, state, counter, shards,
+                                  epoch=tf.Variable(0, dtype=tf.int64))
+    steps = [example_ids(batch, state.vocab.tokens) for batch in committed(stream)]
     ids = [i for step in steps for i in step]
     of_news = [i for i in ids if i < 10_000]
     of_web = [i for i in ids if i >= 10_000]
@@ -158,76 +173,15 @@ def test_a_mixture_stream_trains_the_weights_and_resumes_exactly(tmp_path):
     assert by_source["s0"]["seen"]["examples"] == 672
     assert by_source["s1"]["seen"]["examples"] == 288
     assert by_source["s0"]["seen"]["lines_read"] == 672
-    cut = full.steps_done // 2 + 1
+    cut = len(steps) // 2 + 1
     part, cut_steps, _ = run_trainer(config, state, shards, tmp_path / "cut", max_steps=cut)
-    assert part.interrupted
+    assert part.interrupted and part.steps_done == cut
     assert data_state_bytes(checkpoints_newest_first(str(tmp_path / "cut" / "ckpt"))[0]) < 1024
     rest, cut_steps, rest_counter = run_trainer(config, state, shards, tmp_path / "cut",
                                                 steps=cut_steps)
+    assert not rest.interrupted and rest.steps_done == len(steps)
     assert cut_steps == steps  # the same batches in the same order
     assert rest_counter.by_source() == by_source
-
-
-def elastic_child(out_path, news, web, model_dir, replicas, max_steps):
-    import tfseq
-
-    strategy = tfseq.mirrored_strategy(replicas)
-    from tfseq.pipelines import classify, runs
-    from tfseq.training import ReplicaTrainer
-
-    task = classify.TASK
-    config = config_of(news, web, max_tokens=192 // replicas)
-    model_config = task.model_config(embedding_dim=4, hidden_dim=4)
-    opened = runs.open_run(model_dir, task, config, model_config=model_config,
-                           replicas=replicas)
-    counter = tfseq.DropCounter("train")
-    stream = task.training_stream(config, opened.state, counter, opened.shards,
-                                  replicas=replicas, parts=True)
-    with strategy.scope():
-        keras.utils.set_random_seed(0)
-        model = task.build_model(config, opened.state, model_config)
-    steps = []
-    trainer = ReplicaTrainer(model, strategy, stream, model_dir=model_dir, checkpoint_every=2,
-                             on_batch=lambda parts: steps.append(
-                                 sorted(example_ids(parts, opened.state.vocab.tokens))))
-    trainer.restore()
-    result = trainer.fit(1, verbose=0, max_steps=max_steps)
-    with open(out_path, "w") as f:
-        json.dump({"steps": steps, "interrupted": result.interrupted,
-                   "by_source": counter.by_source()}, f)
-
-
-@pytest.mark.slow
-def test_a_mixture_resumes_on_four_replicas_after_two(tmp_path):
-    news = write_source(tmp_path / "news.tsv", 0, 120)
-    web = write_source(tmp_path / "web.tsv", 10_000, 60)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-
-    def run(name, replicas, max_steps=0):
-        out = tmp_path / f"{name}-{replicas}.json"
-        subprocess.run([sys.executable, os.path.abspath(__file__), "elastic", str(out), news,
-                        web, str(tmp_path / name), str(replicas), str(max_steps)],
-                       env=env, check=True, timeout=600, stdout=subprocess.DEVNULL)
-        return json.loads(out.read_text())
-
-    # The uninterrupted epoch's global batches and counts, from the stream itself (no
-    # training; ``spine.committed`` adds the counts and skips batches with no example).
-    import tfseq
-    from tfseq.pipelines import classify, runs
-    from tfseq.pipelines.spine import committed
-
-    task, config = classify.TASK, config_of(news, web, max_tokens=96)
-    opened = runs.open_run(str(tmp_path / "full"), task, config, replicas=2,
-                           model_config=task.model_config(embedding_dim=4, hidden_dim=4))
-    counter = tfseq.DropCounter("train")
-    stream = task.training_stream(config, opened.state, counter, opened.shards, replicas=2,
-                                  parts=True, epoch=tf.Variable(0, dtype=tf.int64))
-    full = [sorted(example_ids(parts, opened.state.vocab.tokens))
-            for parts in committed(stream)]
-    cut, rest = run("cut", 2, max_steps=3), run("cut", 4)
-    assert cut["interrupted"] and not rest["interrupted"]
-    assert cut["steps"] + rest["steps"] == full
-    assert rest["by_source"] == counter.by_source()
 
 
 # ----------------------------------------------------------------------------- the binary
@@ -246,23 +200,50 @@ def source_row(path, weight, records, examples, tokens, share, source_epochs, fi
             "source_epochs": source_epochs, "drops": NO_DROPS}
 
 
+def flag_config(*args):
+    """``(task, flag values, config)`` of ``tfseq-train args...``, through the command's own
+    flag table, in this process."""
+    from absl import flags
+
+    from tfseq.pipelines import tasks
+    from tfseq.scripts import flag_table
+
+    values = flags.FlagValues()
+    flag_table.define(flag_table.FLAGS_TABLE, flag_values=values)
+    values(["tfseq-train", *args])
+    task = tasks.load(flag_table.task_name(values))
+    return task, values, flag_table.build_config(task, values)
+
+
+def run_in_process(*args):
+    """Trains as ``tfseq-train args... --verbose=0 --export=false`` does, in this process: the
+    command's path from its flags (flag table -> config -> ``Runner``)."""
+    from tfseq.pipelines.runner import Runner, RunSettings
+
+    task, values, config = flag_config(*args)
+    settings = RunSettings(model_dir=values.model_dir, epochs=values.epochs,
+                           checkpoint_every=values.checkpoint_every, verbose=0, export=False)
+    with warnings.catch_warnings():  # the binary's own filter: the epoch's end, as Keras sees it
+        warnings.filterwarnings("ignore", message="Your input ran out of data")
+        return Runner(task, config, settings).run()
+
+
 @pytest.mark.slow
-def test_the_binary_trains_weighted_files_reports_the_shares_and_resumes_after_sigterm(
-        tmp_path):
+def test_weighted_files_train_and_report_each_sources_share(tmp_path, as_the_runner_traces):
+    # The binary's path in this process; its progress line's shares and a resume after SIGTERM
+    # of a mixture: test_a_sources_file_mixes_jsonl_tsv_and_parquet_and_resumes_after_sigterm.
     news = write_source(tmp_path / "news.tsv", 0, 120)
     web = write_source(tmp_path / "web.tsv", 10_000, 120)
-    flags = [f"--train_files={news}@0.8,{web}@0.2", "--columns=label,text", "--epochs=1",
-             "--max_tokens=32", "--max_length=12", "--eval_percent=0", "--export=false",
-             "--checkpoint_every=10", f"--model_dir={tmp_path / 'run'}"]
-    cut = train(*flags, "--verbose=0", fault="after_step:20:TERM")
-    assert cut.returncode == 128 + signal.SIGTERM
-    rest = train(*flags, "--verbose=1")
-    assert rest.returncode == 0, rest.stderr[-3000:]
-    assert "; shares news.tsv 0.80, web.tsv 0.20" in rest.stderr  # the epoch's progress line
-    assert "share 0.80" in rest.stdout
+    _, _, config = flag_config(f"--train_files={news}@0.8,{web}@0.2", "--columns=label,text")
+    assert (config.train_files, config.train_weights) == ((news, web), (0.8, 0.2))
+    result = run_in_process(f"--train_files={news}@0.8,{web}@0.2", "--columns=label,text",
+                            "--epochs=1", "--max_tokens=32", "--max_length=12",
+                            "--eval_percent=0", "--checkpoint_every=10",
+                            f"--model_dir={tmp_path / 'run'}")
+    assert not result.interrupted
     report = json.loads((tmp_path / "run" / "report.json").read_text())
-    # What the uninterrupted run reports (49 steps; 0.8 x 240 = 192 examples of news: 1.6 of
-    # its epochs): the resumed run trained the same examples of every source, each once.
+    # 49 steps; 0.8 x 240 = 192 examples of news: 1.6 of its epochs, each example of a source
+    # epoch once.
     assert report["steps"] == 49
     assert report["sources"] == [source_row(news, 0.8, 120, 192, 1151, 0.8, 1.6),
                                  source_row(web, 0.2, 120, 48, 284, 0.2, 0.4)]
@@ -302,12 +283,15 @@ def write_three_formats(tmp_path, lines):
 def test_a_sources_file_mixes_jsonl_tsv_and_parquet_and_resumes_after_sigterm(tmp_path):
     sources = write_three_formats(tmp_path, 100)
     flags = [f"--sources={sources}", "--columns=label,text", "--epochs=1", "--max_tokens=32",
-             "--max_length=12", "--eval_percent=0", "--verbose=0", "--export=false",
+             "--max_length=12", "--eval_percent=0", "--export=false",
              "--checkpoint_every=10", f"--model_dir={tmp_path / 'run'}"]
-    cut = train(*flags, fault="after_step:25:TERM")
+    cut = train(*flags, "--verbose=0", fault="after_step:25:TERM")
     assert cut.returncode == 128 + signal.SIGTERM, cut.stderr[-3000:]
-    rest = train(*flags)
+    rest = train(*flags, "--verbose=1")
     assert rest.returncode == 0, rest.stderr[-3000:]
+    # The epoch's progress line and the report's summary name each source's share.
+    assert "; shares web.jsonl 0.50, ours.tsv 0.30, hub.parquet 0.20" in rest.stderr
+    assert "share 0.50" in rest.stdout and "share 0.20" in rest.stdout
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     # What the uninterrupted run reports (65 steps, shares 0.5 / 0.3 / 0.2, no drop): the
     # resumed run trained the same examples of every source, each once.
@@ -319,15 +303,18 @@ def test_a_sources_file_mixes_jsonl_tsv_and_parquet_and_resumes_after_sigterm(tm
 
 
 def test_weights_and_temperature_flags_are_checked(tmp_path):
+    from absl import app
+
     news = write_source(tmp_path / "news.tsv", 0, 20)
     web = write_source(tmp_path / "web.jsonl", 100, 20)
     common = ["--columns=label,text", f"--model_dir={tmp_path / 'run'}"]
-    out = train(f"--train_files={news}@0.7,{web}", *common)
-    assert out.returncode == 2 and "give every entry a weight" in out.stderr
-    out = train(f"--train_files={news}@0.7,{web}@x", *common)
-    assert out.returncode == 2 and "must be a weight" in out.stderr
-    out = train(f"--train_files={news}@0.7,{web}@0.3", "--mix_temperature=2", *common)
-    assert out.returncode == 2 and "give one" in out.stderr
+    # The flag table's checks, in this process (the command prints them as its one line).
+    for args, message in [((f"--train_files={news}@0.7,{web}",), "give every entry a weight"),
+                          ((f"--train_files={news}@0.7,{web}@x",), "must be a weight"),
+                          ((f"--train_files={news}@0.7,{web}@0.3", "--mix_temperature=2"),
+                           "give one")]:
+        with pytest.raises(app.UsageError, match=message):
+            flag_config(*args, *common)
     # A source in the wrong format (TSV lines in a .jsonl file): every record dropped.
     out = train(f"--train_files={news}@0.7,{web}@0.3", *common)
     assert cli.error_line(out).startswith(
@@ -335,16 +322,10 @@ def test_weights_and_temperature_flags_are_checked(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-if __name__ == "__main__":
-    from tfseq._common import traced_as_written
-
-    if sys.argv[1] == "elastic":
-        with traced_as_written():
-            elastic_child(*sys.argv[2:6], int(sys.argv[6]), int(sys.argv[7]) or None)
-
-
 @pytest.mark.slow
-def test_translate_mixes_weighted_file_pairs(tmp_path):
+def test_translate_mixes_weighted_file_pairs(tmp_path, as_the_runner_traces):
+    from tfseq.pipelines.runner import SetupError
+
     def pair(name, n, word):
         src, tgt = tmp_path / f"{name}.en", tmp_path / f"{name}.de"
         src.write_text("".join(f"{word} {i} the thing\n" for i in range(n)))
@@ -352,14 +333,13 @@ def test_translate_mixes_weighted_file_pairs(tmp_path):
         return str(src), str(tgt)
 
     (a_en, a_de), (b_en, b_de) = pair("a", 100, "alpha"), pair("b", 100, "beta")
-    out = train("--task=translate", f"--source_files={a_en}@3,{b_en}@1", "--eval_percent=0",
-                f"--target_files={a_de},{b_de}", "--epochs=1", "--verbose=0", "--export=false",
-                f"--model_dir={tmp_path / 'run'}")
-    assert out.returncode == 0, out.stderr[-3000:]
+    run_in_process("--task=translate", f"--source_files={a_en}@3,{b_en}@1", "--eval_percent=0",
+                   f"--target_files={a_de},{b_de}", "--epochs=1",
+                   f"--model_dir={tmp_path / 'run'}")
     rows = json.loads((tmp_path / "run" / "report.json").read_text())["sources"]
     assert [r["source"] for r in rows] == [a_en, b_en]
     assert [r["files"] for r in rows] == [[a_en, a_de], [b_en, b_de]]
     assert abs(rows[0]["share"] - 0.75) <= 0.01 and abs(rows[1]["share"] - 0.25) <= 0.01
-    out = train("--task=translate", f"--source_files={a_en}@3,{b_en}@1", f"--target_files={a_de}",
-                f"--model_dir={tmp_path / 'bad'}")
-    assert out.returncode == 2 and "but 1 --target_files entries" in out.stderr
+    with pytest.raises(SetupError, match="but 1 --target_files entries"):
+        run_in_process("--task=translate", f"--source_files={a_en}@3,{b_en}@1",
+                       f"--target_files={a_de}", f"--model_dir={tmp_path / 'bad'}")

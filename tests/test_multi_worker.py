@@ -3,6 +3,7 @@
 Each worker reads its own, uneven shard (30 and 15 examples, batches of 4: 8 and 4 steps of
 real data); both must step 8 times, every example must be trained on once across the workers,
 and the weights must equal those of one process with 2 replicas fed the same parts.
+(``tfseq-train --strategy=multi_worker``'s two workers: tests/test_resume.py's report test.)
 """
 
 import json
@@ -126,56 +127,3 @@ if __name__ == "__main__":
 
     with traced_as_written():  # as the training binary runs (no AutoGraph conversion)
         child(sys.argv[1], sys.argv[2])
-
-
-@pytest.mark.slow
-def test_train_binary_two_workers_one_epoch(tmp_path):
-    """train.py --strategy=multi_worker with two localhost workers (TF_CONFIG)."""
-    books = ["Gen", "Ps", "Isa", "Matt", "Rom", "Rev", "Josh"]
-    lines = [f"{books[i % 7]}\t{i // 30 + 1}\t{i % 30 + 1}\t"
-             + " ".join(f"{books[i % 7].lower()}{j % 5}" for j in range(i % 9 + 2))
-             for i in range(140)]
-    files = [tmp_path / "a.tsv", tmp_path / "b.tsv"]
-    files[0].write_text("\n".join(lines[:80]) + "\n")
-    files[1].write_text("\n".join(lines[80:]) + "\n")
-    workers = [f"localhost:{free_port()}", f"localhost:{free_port()}"]
-    run = tmp_path / "run"
-    processes = []
-    try:
-        for index in range(2):
-            tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
-                   "TF_CONFIG": json.dumps(tf_config)}
-            processes.append(subprocess.Popen(
-                [sys.executable, os.path.join(ROOT, "scripts", "train.py"),
-                 "--strategy=multi_worker", f"--files={files[0]},{files[1]}", "--epochs=1",
-                 "--max_tokens=64", "--max_length=16", "--batching=bucket",
-                 f"--model_dir={run}", "--verbose=0"],
-                env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{index}.log", "w"),
-                start_new_session=True))
-        for index, p in enumerate(processes):
-            p.wait(timeout=150)
-    finally:
-        for p in processes:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=20)
-    chief = json.loads((run / "report.json").read_text())
-    other = json.loads((run / "workers" / "1" / "report.json").read_text())
-    assert (chief["replicas"], chief["workers"], chief["mode"]) == (1, 2, "multi_worker")
-    assert chief["epochs"] == 1 and chief["steps"] == other["steps"] > 0
-    assert sorted(chief) == sorted(other)  # one report schema
-    assert all(np.isfinite([e["loss"] for e in r["history"]]).all() for r in (chief, other))
-    # Each worker read its own file once: together every line exactly once.
-    assert [chief["counters"]["train"]["seen"]["lines_read"],
-            other["counters"]["train"]["seen"]["lines_read"]] == [80, 60]
-    assert tf_checkpoint_exists(run / "ckpt") and tf_checkpoint_exists(run / "workers" / "1" / "ckpt")
-    # The chief evaluates and exports a single-device copy; the other worker does neither.
-    assert 0.0 <= chief["eval"]["accuracy"] <= 1.0 and np.isfinite(chief["eval"]["loss"])
-    assert other["eval"] == {}
-    assert (run / "export" / "saved_model.pb").exists()
-    assert not (run / "workers" / "1" / "export").exists()
-
-
-def tf_checkpoint_exists(directory):
-    return (directory / "checkpoint").exists()

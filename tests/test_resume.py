@@ -2,9 +2,11 @@
 other replica counts at the same global budget, changed runs named, SIGKILL at any moment."""
 
 import json
+import math
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,8 +19,6 @@ import tensorflow as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LABELS = ("east", "north", "south", "west")
-# The binary's runs share one trained run (``finished_run``): one process runs them all.
-pytestmark = pytest.mark.xdist_group("test_resume")
 DATA_STATE_BOUND = 1024  # bytes: the cursor (3 int64) and the train counters (int64 each)
 
 
@@ -40,6 +40,19 @@ def write_corpus(path, lines=1200, seed=0):
         label = LABELS[i * len(LABELS) // lines]
         words = " ".join(f"{label}{rng.randrange(6)}" for _ in range(i % 11 + 1))
         rows.append(f"{label}\tt{i} {words}")
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def write_source(path, first_id, lines, seed=0):
+    """``label<TAB>t<id> words``, labels in turn: ids ``first_id ..`` (unique across
+    sources)."""
+    rng = random.Random(seed + first_id)
+    rows = []
+    for i in range(lines):
+        label = LABELS[i % len(LABELS)]
+        words = " ".join(f"{label}{rng.randrange(6)}" for _ in range(i % 9 + 1))
+        rows.append(f"{label}\tt{first_id + i} {words}")
     path.write_text("\n".join(rows) + "\n")
     return str(path)
 
@@ -121,13 +134,15 @@ def test_bounded_data_state_and_an_exact_mid_epoch_resume(tmp_path, batching,
 
 # ----------------------------------------------------------------------------- replicas
 
-def elastic_run(corpus, model_dir, batching, replicas):
+def elastic_run(files, model_dir, batching, replicas):
     """The task, config and opened run (``runs.open_run``) of the elastic runs below: a
-    global budget of 192 cells over ``replicas``."""
+    global budget of 192 cells over ``replicas``; two ``files`` are a mixture at 0.7 / 0.3."""
     from tfseq.pipelines import classify, runs
 
     task = classify.TASK
-    config = classify.Config(train_files=(corpus,), columns=("label", "text"), eval_percent=0,
+    weights = (0.7, 0.3) if len(files) == 2 else ()
+    config = classify.Config(train_files=tuple(files), train_weights=weights,
+                             columns=("label", "text"), eval_percent=0,
                              min_count=1, batching=batching, max_tokens=192 // replicas,
                              max_length=12, block_length=(8, 16), max_segments=8,
                              shuffle_shard_bytes=4096)
@@ -137,17 +152,18 @@ def elastic_run(corpus, model_dir, batching, replicas):
     return task, config, model_config, opened
 
 
-def elastic_child(corpus, replicas, jobs):
+def elastic_child(replicas, jobs):
     """Runs on ``replicas`` logical CPUs (a process of their own, as a user's), at a global
-    budget of 192 cells, one after the other: each job ``(out_path, model_dir, batching,
-    max_steps)`` trains (or resumes) its run and writes its steps' example ids."""
+    budget of 192 cells, one after the other: each job ``(out_path, model_dir, files,
+    batching, max_steps)`` trains (or resumes) its run and writes its steps' example ids and
+    counts."""
     import tfseq
 
     strategy = tfseq.mirrored_strategy(replicas)
     from tfseq.training import ReplicaTrainer
 
-    for out_path, model_dir, batching, max_steps in jobs:
-        task, config, model_config, opened = elastic_run(corpus, model_dir, batching, replicas)
+    for out_path, model_dir, files, batching, max_steps in jobs:
+        task, config, model_config, opened = elastic_run(files, model_dir, batching, replicas)
         counter = tfseq.DropCounter("train")
         stream = task.training_stream(config, opened.state, counter, opened.shards,
                                       replicas=replicas, parts=True)
@@ -164,7 +180,8 @@ def elastic_child(corpus, replicas, jobs):
         with open(out_path, "w") as f:
             json.dump({"steps": steps, "done": result.steps_done,
                        "interrupted": result.interrupted,
-                       "lines_read": counter.seen()["lines_read"]}, f)
+                       "lines_read": counter.seen()["lines_read"],
+                       "by_source": counter.by_source()}, f)
 
 
 def epoch_steps(stream, tokens, in_order=False) -> list[list[int]]:
@@ -182,45 +199,55 @@ def epoch_steps(stream, tokens, in_order=False) -> list[list[int]]:
 def test_a_run_resumes_on_another_number_of_replicas_at_the_same_global_budget(
         tmp_path, as_the_runner_traces):
     # Runs cut after 3 steps on 2 replicas resumed on 4 (bucket, pack), and on 4 resumed on 2
-    # (bucket); each replica count a process of its own, as a user's.
+    # (bucket, a mixture of two sources at 0.7 / 0.3); each replica count a process of its
+    # own, as a user's.
     import tfseq
 
     corpus = write_corpus(tmp_path / "sorted.tsv", lines=300)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    runs = {("bucket", 2, 4): "b2to4", ("pack", 2, 4): "p2to4", ("bucket", 4, 2): "b4to2"}
+    news = write_source(tmp_path / "news.tsv", 0, 120)
+    web = write_source(tmp_path / "web.tsv", 10_000, 60)
+    runs = {"b2to4": ([corpus], "bucket"), "p2to4": ([corpus], "pack"),
+            "m4to2": ([news, web], "bucket")}
 
-    def job(batching, change, part):
-        name = runs[(batching, *change)]
-        max_steps = 3 if part == "cut" else 0
-        return [str(tmp_path / f"{name}-{part}.json"), str(tmp_path / name), batching, max_steps]
+    def job(name, part):
+        files, batching = runs[name]
+        return [str(tmp_path / f"{name}-{part}.json"), str(tmp_path / name), files, batching,
+                3 if part == "cut" else 0]
 
     def processes(replicas, jobs):
-        subprocess.run([sys.executable, os.path.abspath(__file__), "elastic", corpus,
-                        str(replicas), json.dumps(jobs)],
-                       env=env, check=True, timeout=600, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, os.path.abspath(__file__), "elastic", str(replicas),
+                        json.dumps(jobs)], env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                       check=True, timeout=600, stdout=subprocess.DEVNULL)
 
-    processes(2, [job("bucket", (2, 4), "cut"), job("pack", (2, 4), "cut")])
-    processes(4, [job("bucket", (2, 4), "rest"), job("pack", (2, 4), "rest"),
-                  job("bucket", (4, 2), "cut")])
-    processes(2, [job("bucket", (4, 2), "rest")])
+    processes(2, [job("b2to4", "cut"), job("p2to4", "cut")])
+    processes(4, [job("b2to4", "rest"), job("p2to4", "rest"), job("m4to2", "cut")])
+    processes(2, [job("m4to2", "rest")])
 
+    # The uninterrupted epochs' global batches and counts, from the stream itself (no
+    # training; ``spine.committed`` adds the counts and skips batches with no example).
     fulls = {}
-    for batching in ("bucket", "pack"):
-        # The uninterrupted epoch's global batches, from the stream itself (no training).
-        task, config, _, opened = elastic_run(corpus, str(tmp_path / f"full-{batching}"),
+    for files, batching, lines in (([corpus], "bucket", 300), ([corpus], "pack", 300),
+                                   ([news, web], "bucket", None)):
+        task, config, _, opened = elastic_run(files, str(tmp_path / f"full-{len(fulls)}"),
                                               batching, 2)
-        fulls[batching] = epoch_steps(task.training_stream(
-            config, opened.state, tfseq.DropCounter("train"), opened.shards, replicas=2,
-            parts=True), opened.state.vocab.tokens)
-        assert sorted(i for step in fulls[batching] for i in step) == list(range(300))
-    for (batching, _, _), name in runs.items():
-        full = fulls[batching]
+        counter = tfseq.DropCounter("train")
+        steps = epoch_steps(task.training_stream(config, opened.state, counter, opened.shards,
+                                                 replicas=2, parts=True),
+                            opened.state.vocab.tokens)
+        if lines:
+            assert sorted(i for step in steps for i in step) == list(range(lines))
+        fulls[(len(files), batching)] = steps, counter
+    for name, (files, batching) in runs.items():
+        full, counter = fulls[(len(files), batching)]
         cut, rest = (json.loads((tmp_path / f"{name}-{part}.json").read_text())
                      for part in ("cut", "rest"))
         assert cut["interrupted"] and cut["done"] == 3 and not rest["interrupted"], name
         # Every global step holds the examples of the uninterrupted epoch's step.
         assert cut["steps"] + rest["steps"] == full, name
-        assert rest["lines_read"] == 300, name  # the counts came back with the checkpoint
+        # The counts came back with the checkpoint.
+        assert rest["lines_read"] == counter.seen()["lines_read"], name
+        assert rest["by_source"] == counter.by_source(), name
+    assert fulls[(1, "bucket")][1].seen()["lines_read"] == 300
 
 
 # ----------------------------------------------------------------------------- the binary
@@ -237,13 +264,17 @@ def common(corpus, run, **changes):
     return [f"--{k}={v}" for k, v in flags.items()]
 
 
+# The finished run's own flags (``finished_run``), next to ``common``'s.
+FINISHED = {"eval_percent": 10}
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
-    """``(corpus, model_dir)``: a run of the flags above trained to its end by the binary
-    (``--model_dir`` holds its ``report.json``)."""
+    """``(corpus, model_dir)``: a run of the flags above and ``FINISHED`` trained to its end
+    by the binary (``--model_dir`` holds its ``report.json``)."""
     base = tmp_path_factory.mktemp("finished")
     corpus = write_corpus(base / "sorted.tsv", lines=200)
-    out = train(*common(corpus, base / "single"))
+    out = train(*common(corpus, base / "single", **FINISHED))
     assert out.returncode == 0, out.stderr[-3000:]
     return corpus, base / "single"
 
@@ -271,7 +302,7 @@ def refused(corpus, run, **changes):
     from tfseq.pipelines.runs import ChangedRun
     from tfseq.scripts.flag_table import changed_run_message
 
-    task, values, config = flag_config(corpus, run, **changes)
+    task, values, config = flag_config(corpus, run, **{**FINISHED, **changes})
     settings = RunSettings(model_dir=values.model_dir, epochs=values.epochs,
                            learning_rate=values.learning_rate, verbose=0, export=False)
     with pytest.raises(ChangedRun) as e:
@@ -288,7 +319,7 @@ def test_changed_settings_stop_before_training_naming_each_change(finished_run,
         ({"max_length": 10}, "--max_length: saved 12, now 10"),
         ({"seed": 3}, "--seed: saved 0, now 3"),
         ({"max_tokens": 48}, "--num_replicas x --max_tokens: saved 96, now 48"),
-        ({"eval_percent": 20}, "--eval_percent: saved 0, now 20"),
+        ({"eval_percent": 20}, "--eval_percent: saved 10, now 20"),
         ({"batching": "pack", "block_length": 12}, "--batching: saved 'bucket', now 'pack'"),
         ({"learning_rate": 0.01}, "model learning_rate: saved 0.003, now 0.01"),
     ]:
@@ -297,14 +328,14 @@ def test_changed_settings_stop_before_training_naming_each_change(finished_run,
         assert f"--flagfile={run / 'flags.txt'}" in message
     # Another replica count at the same global budget is the same run (it trains on:
     # test_a_run_resumes_on_another_number_of_replicas_at_the_same_global_budget).
-    task, _, config = flag_config(corpus, run, num_replicas=2, max_tokens=48)
+    task, _, config = flag_config(corpus, run, num_replicas=2, max_tokens=48, **FINISHED)
     assert task.open(str(run), config, model_config=task.model_config(), replicas=2).state
 
     # Training files that changed: named by the command (status 2, no traceback, nothing
     # trained), and never a new vocabulary.
     with open(corpus, "a") as f:
         f.write("east\tt9999 east1 brand new words\n")
-    out = train(*common(corpus, run))
+    out = train(*common(corpus, run, **FINISHED))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.startswith("tfseq-train: error: ")
     assert f"input file {corpus}: size" in out.stderr
@@ -313,50 +344,14 @@ def test_changed_settings_stop_before_training_naming_each_change(finished_run,
     assert (run / "vocab.txt").read_text() == saved_vocab
 
 
-def kill_child(corpus, run, fault=None):
-    return cli.start("train", *common(corpus, run, checkpoint_every=2), fault=fault)
-
-
 @pytest.mark.slow
-def test_sigkill_at_any_moment_then_the_same_command_continues(tmp_path):
-    # One run, killed three times (mid-save, just after a save, from outside at a random
-    # moment), each time continued by the same command, which then finishes it.
+def test_a_run_preempted_or_killed_at_any_moment_is_finished_by_the_same_command(tmp_path):
+    # One run: preempted by SIGTERM at step 3, then by SIGINT at step 5, then killed three
+    # times (mid-save, just after a save, from outside at a random moment), each time
+    # continued by the same command, which then finishes it.
     corpus = write_corpus(tmp_path / "sorted.tsv", lines=600)
     run = tmp_path / "run"
-    child = kill_child(corpus, run, "mid_save:4")  # a checkpoint index cut short, then killed
-    child.wait(timeout=300)
-    assert child.returncode == -signal.SIGKILL, child.stderr.read()[-2000:]
-    child = kill_child(corpus, run, "after_save:6")
-    child.wait(timeout=300)
-    stderr = child.stderr.read()
-    assert child.returncode == -signal.SIGKILL, stderr[-2000:]
-    assert "ckpt-4.index" in stderr and "written only in part" in stderr
-
-    def saved_after_6():
-        return any(int(p.name[len("ckpt-"):-len(".index")]) > 6
-                   for p in (run / "ckpt").glob("ckpt-*.index"))
-
-    child = kill_child(corpus, run)  # an external kill at a random moment of training
-    deadline = time.monotonic() + 300
-    while not saved_after_6() and child.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(random.Random(os.getpid()).uniform(0.0, 2.0))
-    child.send_signal(signal.SIGKILL)
-    child.wait(timeout=60)
-    out = train(*common(corpus, run, checkpoint_every=2))
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads((run / "report.json").read_text())
-    assert not report["interrupted"] and report["epochs"] == 1
-    assert report["counters"]["train"]["seen"]["lines_read"] == 600
-
-
-@pytest.mark.slow
-def test_a_preempted_run_exits_non_zero_and_the_same_command_finishes_it(tmp_path):
-    # Preempted by SIGTERM at step 3, the same command is preempted by SIGINT at step 5, and
-    # the same command again finishes the run.
-    corpus = write_corpus(tmp_path / "sorted.tsv", lines=300)
-    run = tmp_path / "run"
-    flags = common(corpus, run, export="true")
+    flags = common(corpus, run, checkpoint_every=2, export="true")
     resumed_at = None
     for sig, step in (("TERM", 3), ("INT", 5)):
         out = train(*flags, fault=f"after_step:{step}:{sig}")
@@ -368,40 +363,86 @@ def test_a_preempted_run_exits_non_zero_and_the_same_command_finishes_it(tmp_pat
         assert not (run / "export").exists()  # preempted: no export of a model in the middle
         resumed_at = step
     assert "continued from step 3" in out.stdout
+
+    def kill_child(fault=None):
+        return cli.start("train", *flags, fault=fault)
+
+    child = kill_child("mid_save:8")  # a checkpoint index cut short, then killed
+    child.wait(timeout=300)
+    assert child.returncode == -signal.SIGKILL, child.stderr.read()[-2000:]
+    child = kill_child("after_save:10")
+    child.wait(timeout=300)
+    stderr = child.stderr.read()
+    assert child.returncode == -signal.SIGKILL, stderr[-2000:]
+    assert "ckpt-8.index" in stderr and "written only in part" in stderr
+
+    def saved_after_10():
+        return any(int(p.name[len("ckpt-"):-len(".index")]) > 10
+                   for p in (run / "ckpt").glob("ckpt-*.index"))
+
+    child = kill_child()  # an external kill at a random moment of training
+    deadline = time.monotonic() + 300
+    while not saved_after_10() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(random.Random(os.getpid()).uniform(0.0, 2.0))
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=60)
     out = train(*flags)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((run / "report.json").read_text())
     assert not report["interrupted"] and report["epochs"] == 1
-    assert report["counters"]["train"]["seen"]["lines_read"] == 300
-    assert report["resumed_at_step"] == 5 and "continued from step 5" in out.stdout
+    assert report["counters"]["train"]["seen"]["lines_read"] == 600
+    assert report["resumed_at_step"] >= 10
+    assert f"continued from step {report['resumed_at_step']}" in out.stdout
     assert (run / "export" / "saved_model.pb").exists()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def tf_checkpoint_exists(directory):
+    return (directory / "checkpoint").exists()
 
 
 @pytest.mark.slow
 def test_report_has_one_schema_single_replicated_and_two_workers(tmp_path, finished_run):
-    import socket
-
+    # The two workers (--strategy=multi_worker, TF_CONFIG on localhost) each read their own
+    # file: 120 and 80 lines of the 200.
     corpus = write_corpus(tmp_path / "sorted.tsv", lines=200)
+    lines = (tmp_path / "sorted.tsv").read_text().splitlines(keepends=True)
+    files = [tmp_path / "a.tsv", tmp_path / "b.tsv"]
+    files[0].write_text("".join(lines[:120]))
+    files[1].write_text("".join(lines[120:]))
     reports = {"single": json.loads((finished_run[1] / "report.json").read_text())}
-    out = train(*common(corpus, tmp_path / "two", num_replicas=2))
+    out = train(*common(corpus, tmp_path / "two", num_replicas=2, **FINISHED))
     assert out.returncode == 0, out.stderr[-3000:]
     reports["replicated"] = json.loads((tmp_path / "two" / "report.json").read_text())
-    ports = []
-    for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("localhost", 0))
-            ports.append(s.getsockname()[1])
-    cluster = [f"localhost:{p}" for p in ports]
-    children = [subprocess.Popen(
-        [sys.executable, os.path.join(ROOT, "scripts", "train.py"),
-         *common(corpus, tmp_path / "workers", strategy="multi_worker")],
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-                 TF_CONFIG=json.dumps({"cluster": {"worker": cluster},
-                                       "task": {"type": "worker", "index": i}})),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
-    for child in children:
-        assert child.wait(timeout=600) == 0
-    reports["multi_worker"] = json.loads((tmp_path / "workers" / "report.json").read_text())
+    cluster = [f"localhost:{free_port()}", f"localhost:{free_port()}"]
+    run = tmp_path / "workers"
+    children = []
+    try:
+        for i in range(2):
+            children.append(subprocess.Popen(
+                [sys.executable, os.path.join(ROOT, "scripts", "train.py"),
+                 *common(f"{files[0]},{files[1]}", run, strategy="multi_worker",
+                         export="true", **FINISHED)],
+                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+                         TF_CONFIG=json.dumps({"cluster": {"worker": cluster},
+                                               "task": {"type": "worker", "index": i}})),
+                stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{i}.log", "w"),
+                start_new_session=True))
+        for i, child in enumerate(children):
+            assert child.wait(timeout=600) == 0, (tmp_path / f"{i}.log").read_text()[-3000:]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait(timeout=20)
+    chief = reports["multi_worker"] = json.loads((run / "report.json").read_text())
+    other = json.loads((run / "workers" / "1" / "report.json").read_text())
 
     def shape(value):
         if isinstance(value, dict):
@@ -418,6 +459,22 @@ def test_report_has_one_schema_single_replicated_and_two_workers(tmp_path, finis
         assert report["mode"] == mode
         assert isinstance(report["history"], list) and report["history"][0]["epoch"] == 1
         assert report["real_tokens_per_second"] > 0 and 0 < report["padding_efficiency"] <= 1
+        assert 0.0 <= report["eval"]["accuracy"] <= 1.0 and math.isfinite(report["eval"]["loss"])
+
+    # The workers: one epoch, the same steps, each its own report (one schema) and checkpoints.
+    assert (chief["replicas"], chief["workers"]) == (1, 2)
+    assert chief["epochs"] == 1 and chief["steps"] == other["steps"] > 0
+    assert sorted(chief) == sorted(other)
+    assert all(math.isfinite(e["loss"]) for r in (chief, other) for e in r["history"])
+    # Each worker read its own file once: together every line exactly once.
+    assert [chief["counters"]["train"]["seen"]["lines_read"],
+            other["counters"]["train"]["seen"]["lines_read"]] == [120, 80]
+    assert tf_checkpoint_exists(run / "ckpt")
+    assert tf_checkpoint_exists(run / "workers" / "1" / "ckpt")
+    # The chief evaluates and exports a single-device copy; the other worker does neither.
+    assert other["eval"] == {}
+    assert (run / "export" / "saved_model.pb").exists()
+    assert not (run / "workers" / "1" / "export").exists()
 
 
 if __name__ == "__main__":
@@ -425,7 +482,7 @@ if __name__ == "__main__":
 
     if sys.argv[1] == "elastic":
         with traced_as_written():  # as the training binary runs (no AutoGraph conversion)
-            elastic_child(sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]))
+            elastic_child(int(sys.argv[2]), json.loads(sys.argv[3]))
 
 
 def test_checkpoints_are_listed_from_a_relative_model_dir_and_partial_ones_removed(
