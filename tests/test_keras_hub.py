@@ -19,9 +19,6 @@ keras_hub = pytest.importorskip(
     "keras_hub", reason="KerasHub is not installed (pip install tfseq[keras-hub])")
 import keras  # noqa: E402  (after the skip: the models below are KerasHub's)
 
-# The module's shared runs are made once, on one worker.
-pytestmark = pytest.mark.xdist_group("test_keras_hub")
-
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "quick", "brown", "fox", "café",
          "jump", "##ed", "##s", ".", ",", "!", "a", "over", "dog", "lazy"]
 LINES = [
