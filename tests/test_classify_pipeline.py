@@ -8,9 +8,6 @@ import pytest
 
 from tfseq.pipelines import classify, tasks
 
-# The module's shared runs are made once, on one worker.
-pytestmark = pytest.mark.xdist_group("test_classify_pipeline")
-
 BOOKS = ["Gen", "Ps", "Isa", "Matt", "Rom", "Rev", "Josh"]
 
 

@@ -96,12 +96,21 @@ def _epoch_of(b):
     return examples().shuffle(N, seed=1).apply(b.transform).map(FEATURES)
 
 
-def test_jit_step_compiles_once_per_shape_over_two_epochs():
+@pytest.fixture(scope="module")
+def jit_run():
+    """A jit-compiled Trainer over filled batches: its first epoch's result, then two epochs'
+    (the second ``fit`` goes on with epoch 2), and the batch shapes it saw."""
     b = bucketer(pad_to_boundary=True, fill_rows=True)
     seen = set()
+    keras.utils.set_random_seed(7)
     trainer = Trainer(model(), _epoch_of(b), model_dir=None, jit_compile=True,
                       on_batch=lambda batch: seen.add(tuple(batch[0]["ids"].shape)))
-    result = trainer.fit(2, verbose=0)
+    first = trainer.fit(1, verbose=0)
+    return trainer, first, trainer.fit(2, verbose=0), seen, b
+
+
+def test_jit_step_compiles_once_per_shape_over_two_epochs(jit_run):
+    trainer, _, result, seen, b = jit_run
     assert result.epochs_done == 2 and result.steps_done > 2 * 8
     assert trainer.compiled_shapes == len(seen) <= b.num_shapes == 4
     assert len(seen) >= 3
@@ -117,13 +126,11 @@ def test_without_filled_rows_the_shapes_are_not_bounded():
     assert trainer.compiled_shapes > 4
 
 
-def test_jit_and_plain_steps_train_the_same_model():
+def test_jit_and_plain_steps_train_the_same_model(jit_run):
     # Same weights, same batches: the compiled step gives the plain step's losses.
-    b = bucketer(pad_to_boundary=True, fill_rows=True)
+    _, jit, _, _, b = jit_run
     keras.utils.set_random_seed(7)
     plain = Trainer(model(), _epoch_of(b), model_dir=None).fit(1, verbose=0)
-    keras.utils.set_random_seed(7)
-    jit = Trainer(model(), _epoch_of(b), model_dir=None, jit_compile=True).fit(1, verbose=0)
     assert jit.steps_done == plain.steps_done
     assert jit.history[0]["loss"] == pytest.approx(plain.history[0]["loss"], rel=1e-3)
 

@@ -57,9 +57,8 @@ def test_bucketing_is_the_same_at_any_parallelism():
     assert len(reference) > 40
     labels = [label for batch in reference for label in batch["label"]]
     assert sorted(labels) == list(range(len(LENGTHS)))   # every example once
-    for parallel in (2, 4):
-        assert bucketed(parallel) == reference, parallel
-    assert bucketed(4, options=True) == reference
+    # 4 pools at once (3 in the next test), with and without nondeterministic options.
+    assert bucketed(4) == bucketed(4, options=True) == reference
 
 
 def test_bucketing_with_buckets_and_multiples_is_the_same_at_any_parallelism():
@@ -92,8 +91,7 @@ def test_packing_is_the_same_at_any_parallelism():
     reference = packed(1)
     assert len(reference) > 40
     for parallel in (2, 4):
-        assert packed(parallel) == reference, parallel
-    assert packed(4, options=True) == reference
+        assert packed(parallel, options=parallel == 4) == reference, parallel
     segments = collections.Counter()
     for batch in reference:
         ids = np.array(batch["ids"])

@@ -51,8 +51,9 @@ def test_same_seed_same_order_other_seed_other_order(tmp_path):
         ds = tfseq.text_lines(f, batch_size=32, shuffle_lines=True, seed=seed, **SMALL_SHARDS)
         return epoch(ds) + epoch(ds)
 
-    assert two_epochs(7) == two_epochs(7)
-    assert two_epochs(7) != two_epochs(8)
+    seven = two_epochs(7)
+    assert two_epochs(7) == seven
+    assert two_epochs(8) != seven
 
 
 @pytest.mark.parametrize("kwargs", [{}, SMALL_SHARDS])

@@ -165,45 +165,34 @@ def test_pack_pipeline_emits_every_kept_pair_exactly_once_per_epoch():
     assert sum(expected.values()) == 132
 
 
-def test_aligned_files_are_read_as_shuffled_pairs_a_new_order_every_epoch(tmp_path):
+def test_aligned_files_are_read_as_shuffled_pairs_with_one_loaded_vocabulary(tmp_path):
     (tmp_path / "a.en").write_text("".join(f"s{i} x\n" for i in range(60)))
     (tmp_path / "a.es").write_text("".join(f"t{i} y\n" for i in range(60)))
-    task = tasks.load("translate")
-    config = task.Config(source_files=(str(tmp_path / "a.en"),),
-                         target_files=(str(tmp_path / "a.es"),), eval_percent=0, min_count=1)
-    data = task.datasets(config)
-    source_words, target_words = (data.state.vocabs[side].tokens for side in ("source", "target"))
-    orders = []
-    for _ in range(2):
-        pairs = []
-        for features, targets, _ in data.train:
-            for s, t in zip(features["source"].numpy(), targets.numpy()):
-                pairs.append((" ".join(source_words[i] for i in s if i > 0),
-                              " ".join(target_words[i] for i in t if i > 3)))
-        assert sorted(pairs) == sorted((f"s{i} x", f"t{i} y") for i in range(60))
-        orders.append([int(s.split()[0][1:]) for s, _ in pairs])
-    assert orders[0] != list(range(60)) and orders[1] != orders[0]
-    unshuffled = task.source(config, "train")
-    rows = unshuffled.parse(next(iter(unshuffled.read(1, 0))), tfseq.DropCounter("test"))
-    assert [s.decode() for s in rows["source"].numpy()][:2] == ["s0 x", "s1 x"]
-
-
-def test_a_loaded_vocabulary_serves_both_sides(tmp_path):
-    (tmp_path / "a.en").write_text("one two\nthree one\n" * 20)
-    (tmp_path / "a.es").write_text("uno dos\ntres uno\n" * 20)
+    # One loaded vocabulary for both sides; it lacks "s59" and "y", which read as <unk>.
     path = str(tmp_path / "vocab.txt")
-    tfseq.Vocab(list(tfseq.text.RESERVED) + ["one", "two", "uno", "dos"]).save(path)
+    tfseq.Vocab(list(tfseq.text.RESERVED) + [f"s{i}" for i in range(59)] + ["x"]
+                + [f"t{i}" for i in range(60)]).save(path)
     task = tasks.load("translate")
     config = task.Config(source_files=(str(tmp_path / "a.en"),),
                          target_files=(str(tmp_path / "a.es"),), vocab_path=path,
                          eval_percent=0)
     data = task.datasets(config)
     vocabs = data.state.vocabs
-    assert vocabs["source"] is vocabs["target"] and len(vocabs["source"]) == 8
-    features, targets, _ = next(iter(data.train))
-    one, two, uno, dos = (vocabs["source"].lookup(tf.constant(w)).numpy()
-                          for w in ("one", "two", "uno", "dos"))
-    unk = tfseq.text.UNK_ID
-    rows = {tuple(r[r > 0]) for r in features["source"].numpy()}
-    assert rows == {(one, two), (unk, one)}
-    assert {tuple(r[r > 0]) for r in targets.numpy()} == {(uno, dos, 3), (unk, uno, 3)}
+    assert vocabs["source"] is vocabs["target"] and len(vocabs["source"]) == 4 + 59 + 1 + 60
+    words = vocabs["source"].tokens
+    unk = words[tfseq.text.UNK_ID]
+    orders = []
+    for _ in range(2):
+        pairs = []
+        for features, targets, _ in data.train:
+            for s, t in zip(features["source"].numpy(), targets.numpy()):
+                assert t[t > 0][-1] == tfseq.text.EOS_ID
+                pairs.append((" ".join(words[i] for i in s if i > 0),
+                              " ".join(words[i] for i in t[t > 0][:-1])))
+        assert sorted(pairs) == sorted((f"s{i} x" if i < 59 else f"{unk} x", f"t{i} {unk}")
+                                       for i in range(60))
+        orders.append([int(t.split()[0][1:]) for _, t in pairs])
+    assert orders[0] != list(range(60)) and orders[1] != orders[0]
+    unshuffled = task.source(config, "train")
+    rows = unshuffled.parse(next(iter(unshuffled.read(1, 0))), tfseq.DropCounter("test"))
+    assert [s.decode() for s in rows["source"].numpy()][:2] == ["s0 x", "s1 x"]
