@@ -1,6 +1,7 @@
 """Every task, through the one interface the runner calls: a run stopped mid-epoch and resumed
 from its checkpoint trains on exactly the batches of the stream's epoch, in the same order,
-with a data state of a few integers in the checkpoint."""
+with a data state of a few integers in the checkpoint (the tasks replayed from the epoch's
+number: in tests/test_replay.py)."""
 
 import hashlib
 import json
@@ -12,9 +13,8 @@ import tensorflow as tf
 
 import tfseq
 from tfseq._common import traced_as_written
-from tfseq.pipelines import ctr, tasks
+from tfseq.pipelines import tasks
 from tfseq.pipelines.spine import committed
-from tfseq.replay import ReplayStream
 from tfseq.training import Trainer, checkpoints_newest_first, data_state_bytes
 
 DATA_STATE_BOUND = 1024  # bytes: the cursor (3 int64) and the train counters
@@ -62,24 +62,11 @@ def config_of(name, tmp_path):
         source = write(tmp_path / "c.en", [words(i, 5) for i in range(36)])
         target = write(tmp_path / "c.es", [words(i + 3, 5) for i in range(36)])
         return task.Config(source_files=(source,), target_files=(target,), **text)
-    if name == "tag":
-        path = write(tmp_path / "c.tsv", [
-            " ".join(f"w{i}_{j}" for j in range(i % 6 + 1)) + "\t"
-            + " ".join(f"T{j % 3}" for j in range(i % 6 + 1)) for i in range(36)])
-        return task.Config(train_files=(path,), format="tsv", columns=("tokens", "tags"), **text)
-    if name == "documents":
-        names = task.Config().class_names
-        path = write(tmp_path / "d.txt", [f"{names[i % 7]}\n{words(i, 4)}\n{words(i + 1, 3)}\n"
-                                          for i in range(40)])
-        return task.Config(files=(path,), min_count=1, batch_size=4, eval_percent=10)
-    if name == "ctr":
-        data = ctr.generate(str(tmp_path / "ctr"), num_files=2, examples_per_file=60,
-                            eval_examples=20)
-        return task.Config(files=tuple(data["train_files"]), eval_files=tuple(data["eval_files"]),
-                           batch_size=12, shuffle_buffer=50)
-    assert name == "lm_tbptt"
-    path = write(tmp_path / "c.tsv", [f"Gen\t1\t{i}\t{words(i, 4)}" for i in range(16)])
-    return task.Config(files=(path,), min_count=1, batch_size=2, tbptt=4, eval_percent=0)
+    assert name == "tag", name
+    path = write(tmp_path / "c.tsv", [
+        " ".join(f"w{i}_{j}" for j in range(i % 6 + 1)) + "\t"
+        + " ".join(f"T{j % 3}" for j in range(i % 6 + 1)) for i in range(36)])
+    return task.Config(train_files=(path,), format="tsv", columns=("tokens", "tags"), **text)
 
 
 def fingerprint(batch) -> str:
@@ -94,10 +81,7 @@ def epoch_batches(task, config, run) -> list[str]:
     """The digests of the training stream's epoch 0, enumerated without training (the batches
     a trainer takes: ``spine.committed`` skips a spine stream's batches with no example)."""
     stream = task.training_stream(config, run.state, tfseq.DropCounter("train"), run.shards)
-    epoch = tf.Variable(0, dtype=tf.int64)
-    if isinstance(stream, ReplayStream):
-        return [fingerprint(batch) for batch, _ in stream.dataset(epoch)]
-    stream.epoch = epoch
+    stream.epoch = tf.Variable(0, dtype=tf.int64)
     return [fingerprint(batch) for batch in committed(stream)]
 
 
@@ -113,9 +97,23 @@ def train(task, config, run, model_dir, *, max_steps=None, log=None):
     return trainer.fit(1, verbose=0, max_steps=max_steps), log
 
 
-# documents, ctr and lm_tbptt: also over two epochs, with their drop counts, in
-# tests/test_replay.py; the slow tests run them through the binary (test_own_tasks.py).
-@pytest.mark.parametrize("name", tasks.TASKS)
+# The tasks replayed from the epoch's number (documents, ctr, lm_tbptt) are resumed in
+# tests/test_replay.py: the same stream (``task.datasets`` takes ``task.training_stream``),
+# cut mid-epoch and resumed by a new trainer and model over two epochs, with their drop
+# counts and no data state at all; the slow tests run them through the binary
+# (test_own_tasks.py). Any other task, a new one too, is resumed here.
+REPLAYED = ("documents", "ctr", "lm_tbptt")
+
+
+def test_the_tasks_resumed_in_test_replay_are_the_replayed_ones():
+    from tfseq.pipelines.replayed import ReplayedTask
+
+    assert [name for name in tasks.TASKS if isinstance(tasks.load(name), ReplayedTask)] == [
+        name for name in tasks.TASKS if name in REPLAYED]
+    assert set(REPLAYED) <= set(tasks.TASKS)
+
+
+@pytest.mark.parametrize("name", [name for name in tasks.TASKS if name not in REPLAYED])
 def test_a_run_stopped_mid_epoch_resumes_with_the_same_batches(tmp_path, name):
     task = tasks.load(name)
     config = config_of(name, tmp_path)

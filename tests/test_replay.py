@@ -80,9 +80,9 @@ def _fingerprint(batch):
 
 
 def _resume_sees_each_batch_once(tmp_path, data, build, epochs=2, stop_at=5):
-    """Trains ``epochs`` uninterrupted, then again stopped at ``stop_at`` steps and resumed by a
-    new trainer and model; returns (uninterrupted batches, resumed batches, data state bytes,
-    counters' drops after each)."""
+    """Enumerates the stream's ``epochs`` as an uninterrupted trainer takes them (the counters
+    reset at each epoch's start), then trains stopped at ``stop_at`` steps and resumed by a
+    new trainer and model; returns (uninterrupted batches, data state bytes)."""
 
     def run(model_dir, max_steps=None):
         seen = []
@@ -92,8 +92,15 @@ def _resume_sees_each_batch_once(tmp_path, data, build, epochs=2, stop_at=5):
         trainer.fit(epochs, verbose=0, max_steps=max_steps)
         return seen, trainer
 
-    whole, _ = run(tmp_path / "whole")
+    epoch, skip = tf.Variable(0, dtype=tf.int64), tf.Variable(0, dtype=tf.int64)
+    ds = data.stream.dataset(epoch, skip)
+    whole = []
+    for e in range(epochs):
+        epoch.assign(e)
+        data.counters["train"].reset()
+        whole += [_fingerprint(batch) for batch, _ in ds]
     whole_drops = data.counters["train"].drops()
+    data.counters["train"].reset()
     first, trainer = run(tmp_path / "cut", max_steps=stop_at)
     assert len(first) == stop_at
     state = training.data_state_bytes(training.checkpoints_newest_first(

@@ -10,8 +10,6 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BOOKS = ["Gen", "Ps", "Isa", "Matt", "Rom", "Rev", "Josh"]
-# The slow tests share one bucketed run (``bucket_run``): one process runs them all.
-pytestmark = pytest.mark.xdist_group("test_train_binary")
 
 
 def write_tiny_corpus(path):
@@ -51,18 +49,76 @@ def test_unknown_flag_fails_naming_it():
     assert "no_such_flag" in error_line(train("--no_such_flag=3"))
 
 
+def flag_config(*args):
+    """``(task, flag values, config)`` of ``tfseq-train args...``, through the command's own
+    flag table (raises what the command reports: a flag error or a ``UsageError``)."""
+    from absl import flags
+
+    from tfseq.pipelines import tasks
+    from tfseq.scripts import flag_table
+
+    values = flags.FlagValues()
+    flag_table.define(flag_table.FLAGS_TABLE, flag_values=values)
+    values(["tfseq-train", *args])
+    task = tasks.load(flag_table.task_name(values))
+    return task, values, flag_table.build_config(task, values)
+
+
+def epoch_of(*args) -> tuple[int, dict]:
+    """``(steps, train counters)`` of the epoch 0 of ``tfseq-train args...``'s training stream,
+    enumerated in this process without training (the batches a trainer takes:
+    ``spine.committed`` skips those with no example, and counts the lines as they pass)."""
+    import tensorflow as tf
+
+    import tfseq
+    from tfseq._common import traced_as_written
+    from tfseq.pipelines.spine import committed
+
+    task, values, config = flag_config(*args)
+    with traced_as_written():
+        run = task.open(values.model_dir, config, model_config=task.model_config())
+        counter = tfseq.DropCounter("train")
+        stream = task.training_stream(config, run.state, counter, run.shards)
+        stream.epoch = tf.Variable(0, dtype=tf.int64)
+        steps = sum(1 for _ in committed(stream))
+    return steps, {"seen": counter.seen(), "drops": counter.drops()}
+
+
+def refused(*args) -> str:
+    """The line ``tfseq-train args...`` refuses to start with, in this process: the command's
+    own path from its flags (flag table -> config -> ``Runner``) to the error it prints
+    (``tfseq.scripts.run_command``: a flag error, a ``UsageError``, ``InputError`` or
+    ``SetupError``); fails the test if the run would start."""
+    from absl import app, flags
+
+    from tfseq.errors import InputError
+    from tfseq.pipelines.runner import Runner, RunSettings, SetupError
+
+    try:
+        task, values, config = flag_config(*args)
+        settings = RunSettings(model_dir=values.model_dir, epochs=values.epochs,
+                               num_replicas=values.num_replicas,
+                               data_service=values.data_service, verbose=0, export=False)
+        Runner(task, config, settings).run()
+    except flags.Error as e:
+        return f"tfseq-train: error: {e} (see tfseq-train --help)"
+    except (app.UsageError, InputError, SetupError) as e:
+        return f"tfseq-train: error: {e}"
+    raise AssertionError(f"tfseq-train {args} would start")
+
+
 def test_a_learning_rate_that_is_not_positive_fails_naming_it():
-    assert "--learning_rate must be > 0" in error_line(train("--learning_rate=0"))
+    assert "--learning_rate must be > 0" in refused("--learning_rate=0")
 
 
 def test_a_block_length_that_is_not_a_positive_int_fails_naming_it():
-    assert "--block_length takes positive ints" in error_line(train("--block_length=32,x"))
+    assert "--block_length takes positive ints" in refused("--block_length=32,x")
 
 
 def test_conflicting_flags_fail_naming_them(tmp_path, tiny_corpus):
-    out = train(f"--files={tiny_corpus}", "--batching=bucket", "--batch_size=8",
-                f"--model_dir={tmp_path / 'run'}")
-    assert "--batch_size applies to --batching=pad" in error_line(out)
+    line = refused(f"--files={tiny_corpus}", "--batching=bucket", "--batch_size=8",
+                   f"--model_dir={tmp_path / 'run'}")
+    assert "--batch_size applies to --batching=pad" in line
     assert not (tmp_path / "run").exists()
 
 
@@ -104,17 +160,23 @@ def test_a_refused_setting_writes_nothing_and_another_tasks_dir_is_one_line(buck
 
 
 @pytest.mark.slow
-def test_short_run_report_flagfile_and_resume(tmp_path, tiny_corpus):
+def test_a_stopped_run_reports_exports_and_resumes_from_its_flagfile_exactly_once(
+        tmp_path, tiny_corpus):
+    # The resumable stream consumed in the graph, 4 steps a call: a run stopped by --max_steps
+    # at step 6 (in a call) and resumed from its flagfile trains the steps and counts the
+    # lines of its stream's epoch, enumerated here (the steps of one step a call).
     run = tmp_path / "run"
-    out = train(f"--files={tiny_corpus}", "--batching=pad", "--batch_size=16", "--epochs=1",
-                "--max_steps=4", f"--model_dir={run}", "--verbose=0", "--learning_rate=0.004")
+    common = (f"--files={tiny_corpus}", "--batching=bucket", "--max_tokens=64",
+              "--max_length=16", "--epochs=1")
+    out = train(*common, "--steps_per_execution=4", "--max_steps=6", f"--model_dir={run}",
+                "--verbose=0", "--learning_rate=0.004")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "interrupted: run the same command again to resume" in out.stdout
     report = json.loads((run / "report.json").read_text())
-    assert report["steps"] == 4 and report["interrupted"]
+    assert report["steps"] == 6 and report["interrupted"]
     assert report["learning_rate"] == pytest.approx(0.004)
     assert (run / "flags.txt").exists() and json.loads((run / "argv.json").read_text())[1:3] == [
-        f"--files={tiny_corpus}", "--batching=pad"]
+        f"--files={tiny_corpus}", "--batching=bucket"]
     assert (run / "export" / "saved_model.pb").exists()  # stopped by --max_steps: exported
 
     # The flagfile reproduces the config and resumes the interrupted run to the end.
@@ -123,6 +185,9 @@ def test_short_run_report_flagfile_and_resume(tmp_path, tiny_corpus):
     resumed = json.loads((run / "report.json").read_text())
     assert resumed["config"] == report["config"]
     assert not resumed["interrupted"]
+    steps, counters = epoch_of(*common, f"--model_dir={tmp_path / 'reference'}")
+    assert resumed["steps"] == steps and resumed["counters"]["train"] == counters
+    assert report["examples_trained"] + resumed["examples_trained"] == 260
     train_counts = resumed["counters"]["train"]
     assert train_counts["seen"]["lines_read"] == 282
     assert train_counts["drops"]["malformed"] == 1
@@ -176,30 +241,9 @@ def test_jit_compile_trains_an_epoch_within_its_shape_budget(bucket_run):
     assert (run / "export" / "saved_model.pb").exists()
 
 
-@pytest.mark.slow
-def test_several_steps_per_execution_train_and_resume_exactly_once(tmp_path, tiny_corpus):
-    # The resumable stream consumed in the graph, 4 steps a call: a run stopped at step 6
-    # and resumed trains the steps and counts the lines of a run of one step a call.
-    common = [f"--files={tiny_corpus}", "--epochs=1", "--max_tokens=64", "--max_length=16",
-              "--verbose=0", "--export=false"]
-    out = train(*common, f"--model_dir={tmp_path / 'one'}")
-    assert out.returncode == 0, out.stderr[-3000:]
-    one = json.loads((tmp_path / "one" / "report.json").read_text())
-    assert one["examples_trained"] == 260
-    several = tmp_path / "several"
-    out = train(*common, "--steps_per_execution=4", "--max_steps=6", f"--model_dir={several}")
-    assert out.returncode == 0, out.stderr[-3000:]
-    stopped = json.loads((several / "report.json").read_text())
-    assert stopped["steps"] == 6 and stopped["interrupted"]
-    out = train(*common, "--steps_per_execution=4", f"--model_dir={several}")
-    assert out.returncode == 0, out.stderr[-3000:]
-    resumed = json.loads((several / "report.json").read_text())
-    assert resumed["steps"] == one["steps"] and not resumed["interrupted"]
-    assert resumed["counters"] == one["counters"]
-    assert stopped["examples_trained"] + resumed["examples_trained"] == 260
-
-
 def test_jit_compile_with_replicas_fails_naming_it(tmp_path, tiny_corpus):
+    # A SetupError printed by the command itself (it sets up the replicas' devices first: a
+    # process of its own); the other refused modes are checked in this process (``refused``).
     out = train(f"--files={tiny_corpus}", "--jit_compile", "--num_replicas=2",
                 f"--model_dir={tmp_path / 'x'}")
     assert "--jit_compile trains on one replica" in error_line(out)
@@ -207,14 +251,14 @@ def test_jit_compile_with_replicas_fails_naming_it(tmp_path, tiny_corpus):
 
 def test_replicas_on_a_task_without_support_fail_clearly(tmp_path):
     for task in (["--task=lm", "--tbptt=8"], ["--task=lm_tbptt"]):  # the same task
-        out = train(*task, "--num_replicas=2", f"--model_dir={tmp_path / 'x'}")
-        assert error_line(out) == ("tfseq-train: error: --num_replicas is not supported by "
-                                   "--task=lm_tbptt (it trains in: single); drop --num_replicas")
+        line = refused(*task, "--num_replicas=2", f"--model_dir={tmp_path / 'x'}")
+        assert line == ("tfseq-train: error: --num_replicas is not supported by "
+                        "--task=lm_tbptt (it trains in: single); drop --num_replicas")
         assert not (tmp_path / "x").exists()
-    out = train("--task=documents", "--data_service=localhost:1",
-                f"--model_dir={tmp_path / 'y'}")
-    assert error_line(out).endswith("--data_service is not supported by --task=documents (it "
-                                    "trains in: single, replicated); drop --data_service")
+    line = refused("--task=documents", "--data_service=localhost:1",
+                   f"--model_dir={tmp_path / 'y'}")
+    assert line.endswith("--data_service is not supported by --task=documents (it "
+                         "trains in: single, replicated); drop --data_service")
     assert not (tmp_path / "y").exists()
 
 
