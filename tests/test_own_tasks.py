@@ -20,8 +20,6 @@ from tfseq.pipelines import ctr, documents, exporting, lm_tbptt, predicting, tas
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-pytestmark = pytest.mark.xdist_group("test_own_tasks")  # the module's exports are made once
-
 SERVE_WITHOUT_TFSEQ = r"""
 import json, sys
 import tensorflow as tf
@@ -184,6 +182,17 @@ def test_lm_tbptt_export_scores_text(exports, mode):
         f"{ll:.6f}\t{n}" for ll, n in zip(served["log_likelihood"], [4, 3])]
 
 
+# One whole pass of the ctr files below: 2 files of 150 good lines and 2 bad ones each
+# ("1 1 1 5": a slot missing; "1 0 1 x ...": not a number).
+CTR_WHOLE_PASS = {"seen": {"lines_read": 304}, "drops": {
+    "bad_count": 0, "count_too_large": 0, "dense_size": 0, "extra_tokens": 0, "missing_slot": 2,
+    "non_numeric": 2}}
+# One whole pass of the documents file below: 42 documents of 4 lines, then one of 3 lines
+# whose label is unknown.
+DOCUMENTS_WHOLE_PASS = {"seen": {"documents": 43, "lines_read": 42 * 4 + 3}, "drops": {
+    "other_split": 0, "too_long_sentence": 0, "too_many_sentences": 0, "unknown_label": 1}}
+
+
 @pytest.mark.slow
 def test_ctr_binary_resumes_mid_epoch_and_exports(tmp_path):
     data = ctr.generate(str(tmp_path / "data"), num_files=2, examples_per_file=150,
@@ -194,21 +203,20 @@ def test_ctr_binary_resumes_mid_epoch_and_exports(tmp_path):
     def train(model_dir, *flags, fault=None):
         return train_binary("ctr", model_dir, *files, *flags, fault=fault)
 
-    whole = train(tmp_path / "whole", "--noexport")
-    assert whole.returncode == 0, whole.stderr[-2000:]
     cut = train(tmp_path / "cut", fault="after_step:4:TERM")
     assert cut.returncode == 128 + signal.SIGTERM, cut.stderr[-2000:]
     assert not os.path.exists(tmp_path / "cut" / "export")
+    first = json.load(open(tmp_path / "cut" / "report.json"))
     rest = train(tmp_path / "cut")
     assert rest.returncode == 0, rest.stderr[-2000:]
-    reports = [json.load(open(tmp_path / d / "report.json")) for d in ("whole", "cut")]
-    assert [r["steps"] for r in reports] == [10, 10]  # 300 good lines in batches of 32
-    assert reports[1]["resumed_at_step"] == 4
-    assert [r["data_state_bytes"] for r in reports] == [0, 0]
-    # The resumed epoch recounted its replayed part: the counts of one whole pass.
-    assert reports[1]["counters"]["train"] == reports[0]["counters"]["train"]
-    assert reports[0]["counters"]["train"]["seen"]["lines_read"] == 304
-    assert sum(reports[0]["counters"]["train"]["drops"].values()) == 4
+    report = json.load(open(tmp_path / "cut" / "report.json"))
+    assert (first["steps"], report["steps"]) == (4, 10)  # 300 good lines in batches of 32
+    assert report["resumed_at_step"] == 4
+    assert [r["data_state_bytes"] for r in (first, report)] == [0, 0]
+    # The resumed epoch recounted its replayed part: the counts of one whole pass (2 files of
+    # 150 lines and 2 bad lines each), and each good line trained once over the two commands.
+    assert report["counters"]["train"] == CTR_WHOLE_PASS
+    assert first["examples_trained"] + report["examples_trained"] == 300
     with open(tmp_path / "cut" / "export" / "assets" / "serving.json") as f:
         assert json.load(f)["task"] == "ctr"
     lines = ["1 1 1 5 1 7 1 3 2 4 5 3 1 2 3 3 0.5 -0.2 1.0", "1 1 1 5"]
@@ -219,12 +227,12 @@ def test_ctr_binary_resumes_mid_epoch_and_exports(tmp_path):
         capture_output=True, text=True, cwd=ROOT, timeout=300,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert predicted.returncode == 0, predicted.stderr[-2000:]
-    # tfseq-export from the run directory: the same model as the export written at the end.
-    exported = subprocess.run(
-        [sys.executable, "-m", "tfseq.scripts.export", f"--model_dir={tmp_path / 'cut'}",
-         f"--export_dir={tmp_path / 'again'}"], capture_output=True, text=True, cwd=ROOT,
-        timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert exported.returncode == 0, exported.stderr[-2000:]
+    # tfseq-export's work from the run directory, in this process (the command itself:
+    # tests/test_first_hour.py): the same model as the export written at the end.
+    task, config, saved = exporting.load_run(str(tmp_path / "cut"))
+    model, state = exporting.restore_model(str(tmp_path / "cut"), task, config, saved)
+    exporting.export_run(str(tmp_path / "cut"), task, config, state, model,
+                         str(tmp_path / "again"))
     modules, (answers, again) = serve_plain((str(tmp_path / "cut" / "export"), "line", lines),
                                             (str(tmp_path / "again"), "line", lines))
     assert modules == []
@@ -246,23 +254,20 @@ def test_documents_binary_resumes_on_another_number_of_replicas(tmp_path):
     def train(model_dir, *flags, fault=None):
         return train_binary("documents", model_dir, "--noexport", *files, *flags, fault=fault)
 
-    whole = train(tmp_path / "whole")
-    assert whole.returncode == 0, whole.stderr[-2000:]
     cut = train(tmp_path / "cut", "--num_replicas=2", fault="after_step:4:TERM")
     assert cut.returncode == 128 + signal.SIGTERM, cut.stderr[-2000:]
     first = json.load(open(tmp_path / "cut" / "report.json"))
     assert first["mode"] == "replicated" and first["replicas"] == 2
     rest = train(tmp_path / "cut", "--num_replicas=1")
     assert rest.returncode == 0, rest.stderr[-2000:]
-    reports = [json.load(open(tmp_path / d / "report.json")) for d in ("whole", "cut")]
-    assert [r["steps"] for r in reports] == [11, 11]  # 42 documents in batches of 4
-    assert reports[1]["resumed_at_step"] == 4
+    report = json.load(open(tmp_path / "cut" / "report.json"))
+    assert report["steps"] == 11  # 42 documents in batches of 4
+    assert report["resumed_at_step"] == 4
     # Each document trained once over the two commands: 4 batches of 4, then the other 26.
-    assert first["examples_trained"] == 16 and reports[1]["examples_trained"] == 26
-    assert reports[0]["examples_trained"] == 42
-    assert reports[1]["counters"]["train"] == reports[0]["counters"]["train"]
-    assert reports[0]["counters"]["train"]["drops"]["unknown_label"] == 1
-    assert [r["data_state_bytes"] for r in reports] == [0, 0]
+    assert first["examples_trained"] == 16 and report["examples_trained"] == 26
+    # The resumed epoch recounted its replayed part: the counts of one whole pass.
+    assert report["counters"]["train"] == DOCUMENTS_WHOLE_PASS
+    assert [r["data_state_bytes"] for r in (first, report)] == [0, 0]
     # The position is replayed from the settings: a resume that changes them stops first.
     changed = train(tmp_path / "cut", "--batch_size=8")
     assert changed.returncode == 2
