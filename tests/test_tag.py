@@ -136,9 +136,9 @@ def test_train_export_and_predict_tags_one_line_per_input_line(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, "scripts", "train.py"), "--task=tag",
-         f"--train_files={path}", "--columns=token,tag", "--batching=pack", "--epochs=8",
+         f"--train_files={path}", "--columns=token,tag", "--batching=pack", "--epochs=3",
          "--max_tokens=256", "--block_length=16", "--max_length=16", f"--model_dir={run}",
-         "--learning_rate=0.01", "--verbose=0"],
+         "--learning_rate=0.03", "--verbose=0"],
         capture_output=True, text=True, env=env, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert (run / "tags.txt").read_text() == "T0\nT1\nT2\n"
