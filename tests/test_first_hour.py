@@ -15,9 +15,6 @@ import pytest
 
 import cli
 
-# The module's shared runs are made once, on one worker.
-pytestmark = pytest.mark.xdist_group("test_first_hour")
-
 TOPICS = {"pos": "good great fine nice", "neg": "bad awful poor sad"}
 TAGS = {"the": "DET", "a": "DET", "cat": "NOUN", "dog": "NOUN", "runs": "VERB", "sits": "VERB"}
 
