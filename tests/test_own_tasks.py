@@ -70,7 +70,6 @@ def documents_export(tmp_path):
     info = data.state
     model = hierarchical.build_model(config, info, hierarchical.ModelConfig(
         embedding_dim=8, word_units=8, sentence_units=8))
-    train_a_little(model, data)
     export = exporting.export_run(str(tmp_path), tasks.load("documents"), config, info, model)
     docs = ["The word1 of 2\n\n  and MORE words \n", "unseen words here", "\n \n"]
     return {"dir": tmp_path, "info": info, "model": model, "names": names,
@@ -86,7 +85,6 @@ def ctr_export(tmp_path):
     info = data.state
     model = ctr_model.build_model(config, info, ctr_model.ModelConfig(
         buckets=101, wide_buckets=101, hidden=(8,)))
-    train_a_little(model, data)
     export = exporting.export_run(str(tmp_path), tasks.load("ctr"), config, info, model)
     with open(files["eval_files"][0]) as f:
         lines = [line.rstrip("\n") for line in f][:10]
@@ -112,7 +110,8 @@ def lm_tbptt_export(tmp_path, mode):
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
-    """documents, ctr and lm_tbptt (both modes) models trained a few steps in process and
+    """documents and ctr models built in process (untrained: each export is compared with its
+    model), lm_tbptt (both modes) models trained a few steps in process (built by training), all
     exported, and the exports' answers from one plain interpreter (no tfseq)."""
     made = {"documents": documents_export(tmp_path_factory.mktemp("documents")),
             "ctr": ctr_export(tmp_path_factory.mktemp("ctr"))}
