@@ -108,18 +108,57 @@ def lm_tbptt_export(tmp_path, mode):
             "request": (export, "text", ["W1 w2 w0", "w3 unknown"])}
 
 
+CTR_LINES = ["1 1 1 5 1 7 1 3 2 4 5 3 1 2 3 3 0.5 -0.2 1.0", "1 1 1 5"]
+
+
+def ctr_binary_run(tmp_path):
+    """``tfseq-train --task=ctr`` stopped by SIGTERM after step 4, then the same command to the
+    end; tfseq-predict on ``CTR_LINES``; the run exported again from its directory in this
+    process (tfseq-export's work; the command itself: tests/test_first_hour.py)."""
+    data = ctr.generate(str(tmp_path / "data"), num_files=2, examples_per_file=150,
+                        eval_examples=50, bad_lines_per_file=2)
+    files = [f"--files={','.join(data['train_files'])}",
+             f"--eval_files={data['eval_files'][0]}", "--batch_size=32"]
+    run = tmp_path / "cut"
+    cut = train_binary("ctr", run, *files, fault="after_step:4:TERM")
+    made = {"dir": run, "cut": cut, "export_after_cut": os.path.exists(run / "export")}
+    made["first"] = json.loads((run / "report.json").read_text())
+    rest = train_binary("ctr", run, *files)
+    assert rest.returncode == 0, rest.stderr[-2000:]
+    made["report"] = json.loads((run / "report.json").read_text())
+    (tmp_path / "in.txt").write_text("\n".join(CTR_LINES) + "\n")
+    made["predicted"] = subprocess.run(
+        [sys.executable, "-m", "tfseq.scripts.predict", f"--model_dir={run}",
+         f"--files={tmp_path / 'in.txt'}", f"--output={tmp_path / 'out.txt'}"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert made["predicted"].returncode == 0, made["predicted"].stderr[-2000:]
+    made["output"] = (tmp_path / "out.txt").read_text()
+    task, config, saved = exporting.load_run(str(run))
+    model, state = exporting.restore_model(str(run), task, config, saved)
+    exporting.export_run(str(run), task, config, state, model, str(tmp_path / "again"))
+    made["requests"] = [(str(run / "export"), "line", CTR_LINES),
+                        (str(tmp_path / "again"), "line", CTR_LINES)]
+    return made
+
+
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
     """documents and ctr models built in process (untrained: each export is compared with its
     model), lm_tbptt (both modes) models trained a few steps in process (built by training), all
-    exported, and the exports' answers from one plain interpreter (no tfseq)."""
+    exported; the ctr run of the binary (``ctr_binary_run``); the answers of every export from
+    one plain interpreter (no tfseq)."""
     made = {"documents": documents_export(tmp_path_factory.mktemp("documents")),
             "ctr": ctr_export(tmp_path_factory.mktemp("ctr"))}
     for mode in ("stream", "sequences"):
         made[mode] = lm_tbptt_export(tmp_path_factory.mktemp(mode), mode)
-    modules, answers = serve_plain(*(made[name]["request"] for name in made))
+    ctr_run = ctr_binary_run(tmp_path_factory.mktemp("ctr_run"))
+    modules, answers = serve_plain(*(made[name]["request"] for name in made),
+                                   *ctr_run["requests"])
     for name, served in zip(made, answers):
         made[name]["served"] = served
+    ctr_run["served"] = answers[len(made):]
+    made["ctr_run"] = ctr_run
     made["tfseq_modules"] = modules
     return made
 
@@ -193,22 +232,12 @@ DOCUMENTS_WHOLE_PASS = {"seen": {"documents": 43, "lines_read": 42 * 4 + 3}, "dr
 
 
 @pytest.mark.slow
-def test_ctr_binary_resumes_mid_epoch_and_exports(tmp_path):
-    data = ctr.generate(str(tmp_path / "data"), num_files=2, examples_per_file=150,
-                        eval_examples=50, bad_lines_per_file=2)
-    files = [f"--files={','.join(data['train_files'])}",
-             f"--eval_files={data['eval_files'][0]}", "--batch_size=32"]
-
-    def train(model_dir, *flags, fault=None):
-        return train_binary("ctr", model_dir, *files, *flags, fault=fault)
-
-    cut = train(tmp_path / "cut", fault="after_step:4:TERM")
+def test_ctr_binary_resumes_mid_epoch_and_exports(exports):
+    run = exports["ctr_run"]
+    cut, first, report, predicted = (run[k] for k in ("cut", "first", "report", "predicted"))
+    answers, again = run["served"]
     assert cut.returncode == 128 + signal.SIGTERM, cut.stderr[-2000:]
-    assert not os.path.exists(tmp_path / "cut" / "export")
-    first = json.load(open(tmp_path / "cut" / "report.json"))
-    rest = train(tmp_path / "cut")
-    assert rest.returncode == 0, rest.stderr[-2000:]
-    report = json.load(open(tmp_path / "cut" / "report.json"))
+    assert run["export_after_cut"] is False
     assert (first["steps"], report["steps"]) == (4, 10)  # 300 good lines in batches of 32
     assert report["resumed_at_step"] == 4
     assert [r["data_state_bytes"] for r in (first, report)] == [0, 0]
@@ -216,29 +245,14 @@ def test_ctr_binary_resumes_mid_epoch_and_exports(tmp_path):
     # 150 lines and 2 bad lines each), and each good line trained once over the two commands.
     assert report["counters"]["train"] == CTR_WHOLE_PASS
     assert first["examples_trained"] + report["examples_trained"] == 300
-    with open(tmp_path / "cut" / "export" / "assets" / "serving.json") as f:
+    with open(run["dir"] / "export" / "assets" / "serving.json") as f:
         assert json.load(f)["task"] == "ctr"
-    lines = ["1 1 1 5 1 7 1 3 2 4 5 3 1 2 3 3 0.5 -0.2 1.0", "1 1 1 5"]
-    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
-    predicted = subprocess.run(
-        [sys.executable, "-m", "tfseq.scripts.predict", f"--model_dir={tmp_path / 'cut'}",
-         f"--files={tmp_path / 'in.txt'}", f"--output={tmp_path / 'out.txt'}"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert predicted.returncode == 0, predicted.stderr[-2000:]
-    # tfseq-export's work from the run directory, in this process (the command itself:
-    # tests/test_first_hour.py): the same model as the export written at the end.
-    task, config, saved = exporting.load_run(str(tmp_path / "cut"))
-    model, state = exporting.restore_model(str(tmp_path / "cut"), task, config, saved)
-    exporting.export_run(str(tmp_path / "cut"), task, config, state, model,
-                         str(tmp_path / "again"))
-    modules, (answers, again) = serve_plain((str(tmp_path / "cut" / "export"), "line", lines),
-                                            (str(tmp_path / "again"), "line", lines))
-    assert modules == []
+    assert exports["tfseq_modules"] == []
     assert answers["valid"] == [True, False]
     assert 0.0 < answers["probability"][0] < 1.0 and answers["probability"][1] == 0.0
-    assert (tmp_path / "out.txt").read_text() == f"{answers['probability'][0]:.6f}\n\n"
+    assert run["output"] == f"{answers['probability'][0]:.6f}\n\n"
     assert "unusable lines (empty output): 1 {'malformed': 1}" in predicted.stdout
+    # The export made again from the run directory: the same model as the one at the end.
     np.testing.assert_allclose(again["probability"], answers["probability"], atol=1e-6)
 
 
