@@ -69,13 +69,23 @@ def config(path, **kwargs):
     return tag.Config(train_files=(path,), eval_percent=0, **fmt, **kwargs)
 
 
+@pytest.fixture(scope="module")
+def tagged(tmp_path_factory):
+    """The sentences' CoNLL file and what a run learns from it (the vocabulary and the tags:
+    the same in every batching mode), learned once for the module."""
+    path = write_tagged(tmp_path_factory.mktemp("tagged") / "train.conll", sentences())
+    state = tag.TASK.datasets(config(path, batching="pad")).state
+    assert state.labels["tags"] == ("T0", "T1", "T2")
+    return path, state
+
+
 @pytest.mark.parametrize("batching", ["pad", "bucket", "pack"])
-def test_every_sentence_is_batched_once_with_its_tags(tmp_path, batching):
+def test_every_sentence_is_batched_once_with_its_tags(tagged, batching):
     data = sentences()
-    path = write_tagged(tmp_path / "train.conll", data)
+    path, state = tagged
     cfg = config(path, batching=batching, batch_size=16, max_tokens=64, block_length=(8, 16),
                  max_length=16)
-    task_data = tag.TASK.datasets(cfg)
+    task_data = tag.TASK.datasets(cfg, state)
     vocab, tags = task_data.state.vocab, task_data.state.labels["tags"]
     assert tags == ("T0", "T1", "T2")
     seen = []
