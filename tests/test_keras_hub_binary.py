@@ -19,9 +19,8 @@ import pytest
 
 import cli
 
-pytestmark = [pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None,
-                                 reason="KerasHub is not installed (pip install tfseq[keras-hub])"),
-              pytest.mark.xdist_group("test_keras_hub_binary")]
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None,
+                                reason="KerasHub is not installed (pip install tfseq[keras-hub])")
 
 WORDS = {"pos": ["good", "great", "fine", "nice", "happy"],
          "neg": ["bad", "awful", "poor", "sad", "ugly"]}

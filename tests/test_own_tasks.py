@@ -20,8 +20,6 @@ from tfseq.pipelines import ctr, documents, exporting, lm_tbptt, predicting, tas
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-pytestmark = pytest.mark.xdist_group("test_own_tasks")  # the module's exports are made once
-
 SERVE_WITHOUT_TFSEQ = r"""
 import json, sys
 import tensorflow as tf
@@ -72,7 +70,6 @@ def documents_export(tmp_path):
     info = data.state
     model = hierarchical.build_model(config, info, hierarchical.ModelConfig(
         embedding_dim=8, word_units=8, sentence_units=8))
-    train_a_little(model, data)
     export = exporting.export_run(str(tmp_path), tasks.load("documents"), config, info, model)
     docs = ["The word1 of 2\n\n  and MORE words \n", "unseen words here", "\n \n"]
     return {"dir": tmp_path, "info": info, "model": model, "names": names,
@@ -88,7 +85,6 @@ def ctr_export(tmp_path):
     info = data.state
     model = ctr_model.build_model(config, info, ctr_model.ModelConfig(
         buckets=101, wide_buckets=101, hidden=(8,)))
-    train_a_little(model, data)
     export = exporting.export_run(str(tmp_path), tasks.load("ctr"), config, info, model)
     with open(files["eval_files"][0]) as f:
         lines = [line.rstrip("\n") for line in f][:10]
@@ -112,17 +108,57 @@ def lm_tbptt_export(tmp_path, mode):
             "request": (export, "text", ["W1 w2 w0", "w3 unknown"])}
 
 
+CTR_LINES = ["1 1 1 5 1 7 1 3 2 4 5 3 1 2 3 3 0.5 -0.2 1.0", "1 1 1 5"]
+
+
+def ctr_binary_run(tmp_path):
+    """``tfseq-train --task=ctr`` stopped by SIGTERM after step 4, then the same command to the
+    end; tfseq-predict on ``CTR_LINES``; the run exported again from its directory in this
+    process (tfseq-export's work; the command itself: tests/test_first_hour.py)."""
+    data = ctr.generate(str(tmp_path / "data"), num_files=2, examples_per_file=150,
+                        eval_examples=50, bad_lines_per_file=2)
+    files = [f"--files={','.join(data['train_files'])}",
+             f"--eval_files={data['eval_files'][0]}", "--batch_size=32"]
+    run = tmp_path / "cut"
+    cut = train_binary("ctr", run, *files, fault="after_step:4:TERM")
+    made = {"dir": run, "cut": cut, "export_after_cut": os.path.exists(run / "export")}
+    made["first"] = json.loads((run / "report.json").read_text())
+    rest = train_binary("ctr", run, *files)
+    assert rest.returncode == 0, rest.stderr[-2000:]
+    made["report"] = json.loads((run / "report.json").read_text())
+    (tmp_path / "in.txt").write_text("\n".join(CTR_LINES) + "\n")
+    made["predicted"] = subprocess.run(
+        [sys.executable, "-m", "tfseq.scripts.predict", f"--model_dir={run}",
+         f"--files={tmp_path / 'in.txt'}", f"--output={tmp_path / 'out.txt'}"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert made["predicted"].returncode == 0, made["predicted"].stderr[-2000:]
+    made["output"] = (tmp_path / "out.txt").read_text()
+    task, config, saved = exporting.load_run(str(run))
+    model, state = exporting.restore_model(str(run), task, config, saved)
+    exporting.export_run(str(run), task, config, state, model, str(tmp_path / "again"))
+    made["requests"] = [(str(run / "export"), "line", CTR_LINES),
+                        (str(tmp_path / "again"), "line", CTR_LINES)]
+    return made
+
+
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
-    """documents, ctr and lm_tbptt (both modes) models trained a few steps in process and
-    exported, and the exports' answers from one plain interpreter (no tfseq)."""
+    """documents and ctr models built in process (untrained: each export is compared with its
+    model), lm_tbptt (both modes) models trained a few steps in process (built by training), all
+    exported; the ctr run of the binary (``ctr_binary_run``); the answers of every export from
+    one plain interpreter (no tfseq)."""
     made = {"documents": documents_export(tmp_path_factory.mktemp("documents")),
             "ctr": ctr_export(tmp_path_factory.mktemp("ctr"))}
     for mode in ("stream", "sequences"):
         made[mode] = lm_tbptt_export(tmp_path_factory.mktemp(mode), mode)
-    modules, answers = serve_plain(*(made[name]["request"] for name in made))
+    ctr_run = ctr_binary_run(tmp_path_factory.mktemp("ctr_run"))
+    modules, answers = serve_plain(*(made[name]["request"] for name in made),
+                                   *ctr_run["requests"])
     for name, served in zip(made, answers):
         made[name]["served"] = served
+    ctr_run["served"] = answers[len(made):]
+    made["ctr_run"] = ctr_run
     made["tfseq_modules"] = modules
     return made
 
@@ -184,54 +220,39 @@ def test_lm_tbptt_export_scores_text(exports, mode):
         f"{ll:.6f}\t{n}" for ll, n in zip(served["log_likelihood"], [4, 3])]
 
 
+# One whole pass of the ctr files below: 2 files of 150 good lines and 2 bad ones each
+# ("1 1 1 5": a slot missing; "1 0 1 x ...": not a number).
+CTR_WHOLE_PASS = {"seen": {"lines_read": 304}, "drops": {
+    "bad_count": 0, "count_too_large": 0, "dense_size": 0, "extra_tokens": 0, "missing_slot": 2,
+    "non_numeric": 2}}
+# One whole pass of the documents file below: 42 documents of 4 lines, then one of 3 lines
+# whose label is unknown.
+DOCUMENTS_WHOLE_PASS = {"seen": {"documents": 43, "lines_read": 42 * 4 + 3}, "drops": {
+    "other_split": 0, "too_long_sentence": 0, "too_many_sentences": 0, "unknown_label": 1}}
+
+
 @pytest.mark.slow
-def test_ctr_binary_resumes_mid_epoch_and_exports(tmp_path):
-    data = ctr.generate(str(tmp_path / "data"), num_files=2, examples_per_file=150,
-                        eval_examples=50, bad_lines_per_file=2)
-    files = [f"--files={','.join(data['train_files'])}",
-             f"--eval_files={data['eval_files'][0]}", "--batch_size=32"]
-
-    def train(model_dir, *flags, fault=None):
-        return train_binary("ctr", model_dir, *files, *flags, fault=fault)
-
-    whole = train(tmp_path / "whole", "--noexport")
-    assert whole.returncode == 0, whole.stderr[-2000:]
-    cut = train(tmp_path / "cut", fault="after_step:4:TERM")
+def test_ctr_binary_resumes_mid_epoch_and_exports(exports):
+    run = exports["ctr_run"]
+    cut, first, report, predicted = (run[k] for k in ("cut", "first", "report", "predicted"))
+    answers, again = run["served"]
     assert cut.returncode == 128 + signal.SIGTERM, cut.stderr[-2000:]
-    assert not os.path.exists(tmp_path / "cut" / "export")
-    rest = train(tmp_path / "cut")
-    assert rest.returncode == 0, rest.stderr[-2000:]
-    reports = [json.load(open(tmp_path / d / "report.json")) for d in ("whole", "cut")]
-    assert [r["steps"] for r in reports] == [10, 10]  # 300 good lines in batches of 32
-    assert reports[1]["resumed_at_step"] == 4
-    assert [r["data_state_bytes"] for r in reports] == [0, 0]
-    # The resumed epoch recounted its replayed part: the counts of one whole pass.
-    assert reports[1]["counters"]["train"] == reports[0]["counters"]["train"]
-    assert reports[0]["counters"]["train"]["seen"]["lines_read"] == 304
-    assert sum(reports[0]["counters"]["train"]["drops"].values()) == 4
-    with open(tmp_path / "cut" / "export" / "assets" / "serving.json") as f:
+    assert run["export_after_cut"] is False
+    assert (first["steps"], report["steps"]) == (4, 10)  # 300 good lines in batches of 32
+    assert report["resumed_at_step"] == 4
+    assert [r["data_state_bytes"] for r in (first, report)] == [0, 0]
+    # The resumed epoch recounted its replayed part: the counts of one whole pass (2 files of
+    # 150 lines and 2 bad lines each), and each good line trained once over the two commands.
+    assert report["counters"]["train"] == CTR_WHOLE_PASS
+    assert first["examples_trained"] + report["examples_trained"] == 300
+    with open(run["dir"] / "export" / "assets" / "serving.json") as f:
         assert json.load(f)["task"] == "ctr"
-    lines = ["1 1 1 5 1 7 1 3 2 4 5 3 1 2 3 3 0.5 -0.2 1.0", "1 1 1 5"]
-    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
-    predicted = subprocess.run(
-        [sys.executable, "-m", "tfseq.scripts.predict", f"--model_dir={tmp_path / 'cut'}",
-         f"--files={tmp_path / 'in.txt'}", f"--output={tmp_path / 'out.txt'}"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert predicted.returncode == 0, predicted.stderr[-2000:]
-    # tfseq-export from the run directory: the same model as the export written at the end.
-    exported = subprocess.run(
-        [sys.executable, "-m", "tfseq.scripts.export", f"--model_dir={tmp_path / 'cut'}",
-         f"--export_dir={tmp_path / 'again'}"], capture_output=True, text=True, cwd=ROOT,
-        timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert exported.returncode == 0, exported.stderr[-2000:]
-    modules, (answers, again) = serve_plain((str(tmp_path / "cut" / "export"), "line", lines),
-                                            (str(tmp_path / "again"), "line", lines))
-    assert modules == []
+    assert exports["tfseq_modules"] == []
     assert answers["valid"] == [True, False]
     assert 0.0 < answers["probability"][0] < 1.0 and answers["probability"][1] == 0.0
-    assert (tmp_path / "out.txt").read_text() == f"{answers['probability'][0]:.6f}\n\n"
+    assert run["output"] == f"{answers['probability'][0]:.6f}\n\n"
     assert "unusable lines (empty output): 1 {'malformed': 1}" in predicted.stdout
+    # The export made again from the run directory: the same model as the one at the end.
     np.testing.assert_allclose(again["probability"], answers["probability"], atol=1e-6)
 
 
@@ -246,27 +267,31 @@ def test_documents_binary_resumes_on_another_number_of_replicas(tmp_path):
     def train(model_dir, *flags, fault=None):
         return train_binary("documents", model_dir, "--noexport", *files, *flags, fault=fault)
 
-    whole = train(tmp_path / "whole")
-    assert whole.returncode == 0, whole.stderr[-2000:]
     cut = train(tmp_path / "cut", "--num_replicas=2", fault="after_step:4:TERM")
     assert cut.returncode == 128 + signal.SIGTERM, cut.stderr[-2000:]
     first = json.load(open(tmp_path / "cut" / "report.json"))
     assert first["mode"] == "replicated" and first["replicas"] == 2
     rest = train(tmp_path / "cut", "--num_replicas=1")
     assert rest.returncode == 0, rest.stderr[-2000:]
-    reports = [json.load(open(tmp_path / d / "report.json")) for d in ("whole", "cut")]
-    assert [r["steps"] for r in reports] == [11, 11]  # 42 documents in batches of 4
-    assert reports[1]["resumed_at_step"] == 4
+    report = json.load(open(tmp_path / "cut" / "report.json"))
+    assert report["steps"] == 11  # 42 documents in batches of 4
+    assert report["resumed_at_step"] == 4
     # Each document trained once over the two commands: 4 batches of 4, then the other 26.
-    assert first["examples_trained"] == 16 and reports[1]["examples_trained"] == 26
-    assert reports[0]["examples_trained"] == 42
-    assert reports[1]["counters"]["train"] == reports[0]["counters"]["train"]
-    assert reports[0]["counters"]["train"]["drops"]["unknown_label"] == 1
-    assert [r["data_state_bytes"] for r in reports] == [0, 0]
-    # The position is replayed from the settings: a resume that changes them stops first.
-    changed = train(tmp_path / "cut", "--batch_size=8")
-    assert changed.returncode == 2
-    assert "--batch_size: saved 4, now 8" in changed.stderr, changed.stderr[-2000:]
+    assert first["examples_trained"] == 16 and report["examples_trained"] == 26
+    # The resumed epoch recounted its replayed part: the counts of one whole pass.
+    assert report["counters"]["train"] == DOCUMENTS_WHOLE_PASS
+    assert [r["data_state_bytes"] for r in (first, report)] == [0, 0]
+    # The position is replayed from the settings: a resume that changes them stops first, with
+    # the message tfseq-train prints (the command prints it: tests/test_resume.py).
+    from tfseq.pipelines import runs
+    from tfseq.scripts.flag_table import changed_run_message
+
+    task = tasks.load("documents")
+    with pytest.raises(runs.ChangedRun) as changed:
+        task.open(str(tmp_path / "cut"), documents.Config(
+            files=(str(tmp_path / "docs.txt"),), batch_size=8, eval_percent=0),
+            model_config=task.model_config())
+    assert "--batch_size: saved 4, now 8" in changed_run_message(changed.value)
 
 
 def test_every_task_answers_the_one_interface_the_runner_calls():

@@ -69,13 +69,23 @@ def config(path, **kwargs):
     return tag.Config(train_files=(path,), eval_percent=0, **fmt, **kwargs)
 
 
+@pytest.fixture(scope="module")
+def tagged(tmp_path_factory):
+    """The sentences' CoNLL file and what a run learns from it (the vocabulary and the tags:
+    the same in every batching mode), learned once for the module."""
+    path = write_tagged(tmp_path_factory.mktemp("tagged") / "train.conll", sentences())
+    state = tag.TASK.datasets(config(path, batching="pad")).state
+    assert state.labels["tags"] == ("T0", "T1", "T2")
+    return path, state
+
+
 @pytest.mark.parametrize("batching", ["pad", "bucket", "pack"])
-def test_every_sentence_is_batched_once_with_its_tags(tmp_path, batching):
+def test_every_sentence_is_batched_once_with_its_tags(tagged, batching):
     data = sentences()
-    path = write_tagged(tmp_path / "train.conll", data)
+    path, state = tagged
     cfg = config(path, batching=batching, batch_size=16, max_tokens=64, block_length=(8, 16),
                  max_length=16)
-    task_data = tag.TASK.datasets(cfg)
+    task_data = tag.TASK.datasets(cfg, state)
     vocab, tags = task_data.state.vocab, task_data.state.labels["tags"]
     assert tags == ("T0", "T1", "T2")
     seen = []
@@ -136,9 +146,9 @@ def test_train_export_and_predict_tags_one_line_per_input_line(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, "scripts", "train.py"), "--task=tag",
-         f"--train_files={path}", "--columns=token,tag", "--batching=pack", "--epochs=8",
+         f"--train_files={path}", "--columns=token,tag", "--batching=pack", "--epochs=3",
          "--max_tokens=256", "--block_length=16", "--max_length=16", f"--model_dir={run}",
-         "--learning_rate=0.01", "--verbose=0"],
+         "--learning_rate=0.03", "--verbose=0"],
         capture_output=True, text=True, env=env, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert (run / "tags.txt").read_text() == "T0\nT1\nT2\n"
