@@ -5,7 +5,8 @@ the input flags they share with it (files, format, columns, header, batching, bu
 lengths) from the same rows, so a value one command accepts the others accept too.
 ``build_config(task, flag_values)`` applies the flags given to the task's ``Config``, refusing
 flags the task does not use or that conflict (``app.UsageError``, one line naming the flag);
-``changed_run_message`` words a ``runs.ChangedRun`` in flag names.
+``run_settings`` takes the run flags; ``changed_run_message`` words a ``runs.ChangedRun`` in
+flag names.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tfseq import batching
 from tfseq.errors import InputError
 from tfseq.formats import FORMATS
 from tfseq.pipelines import mixture, tasks
+from tfseq.pipelines.runner import RunSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +217,17 @@ def given(flag_values, name: str) -> bool:
         return False
     flag = flag_values[name]
     return flag.present and flag.value != flag.default
+
+
+def run_settings(flag_values, started: float) -> RunSettings:
+    """The ``RunSettings`` of the run flags (``started``: the process' start)."""
+    f = flag_values
+    return RunSettings(
+        model_dir=f.model_dir, epochs=f.epochs, max_steps=f.max_steps,
+        checkpoint_every=f.checkpoint_every, num_replicas=f.num_replicas,
+        steps_per_execution=f.steps_per_execution, strategy=f.strategy,
+        data_service=f.data_service, learning_rate=f.learning_rate, verbose=f.verbose,
+        export=f.export, started=started)
 
 
 def build_config(task, flag_values):

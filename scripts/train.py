@@ -48,11 +48,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags, logging  # noqa: E402
 
 from tfseq.pipelines import tasks  # noqa: E402
-from tfseq.pipelines.runner import Runner, RunSettings, SetupError  # noqa: E402
+from tfseq.pipelines.runner import Runner, SetupError  # noqa: E402
 from tfseq.pipelines.runs import ChangedRun  # noqa: E402
 from tfseq.scripts import COMMANDS, fail, flag_table, interrupted, run_command  # noqa: E402
 from tfseq.scripts.flag_table import (  # noqa: E402
-    build_config, changed_run_message, save_run_files)
+    build_config, changed_run_message, run_settings, save_run_files)
 
 COMMAND = COMMANDS["train"]
 
@@ -63,17 +63,6 @@ flag_table.define(flag_table.FLAGS_TABLE)
 OWN_FLAGS = sorted(set(FLAGS) - _FLAGS_BEFORE)
 RUNNER = [None]  # this command's Runner, once made (what a signal leaves: Runner.kept)
 STARTED = time.perf_counter()  # the process' start, for the time to the first step
-
-
-def run_settings(flag_values, started: float) -> RunSettings:
-    """The ``RunSettings`` of the run flags (``started``: the process' start)."""
-    f = flag_values
-    return RunSettings(
-        model_dir=f.model_dir, epochs=f.epochs, max_steps=f.max_steps,
-        checkpoint_every=f.checkpoint_every, num_replicas=f.num_replicas,
-        steps_per_execution=f.steps_per_execution, strategy=f.strategy,
-        data_service=f.data_service, learning_rate=f.learning_rate, verbose=f.verbose,
-        export=f.export, started=started)
 
 
 def main(argv):

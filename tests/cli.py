@@ -62,3 +62,66 @@ def error_line(out: subprocess.CompletedProcess, status: int = 2) -> str:
     assert len(lines) == 1 and re.match(r"tfseq-[a-z-]+: (error|stopped)", lines[0]), \
         out.stderr[-3000:]
     return lines[0]
+
+
+# --- the same commands' paths in this process (where a process adds nothing to what is tested)
+
+def flag_config(*args):
+    """``(task, flag values, config)`` of ``tfseq-train args...``, through the command's own
+    flag table (raises what the command reports: a ``flags.Error`` or an ``app.UsageError``)."""
+    from absl import flags
+
+    from tfseq.pipelines import tasks
+    from tfseq.scripts import flag_table
+
+    values = flags.FlagValues()
+    flag_table.define(flag_table.FLAGS_TABLE, flag_values=values)
+    values(["tfseq-train", *args])
+    task = tasks.load(flag_table.task_name(values))
+    return task, values, flag_table.build_config(task, values)
+
+
+def runner(*args, **settings):
+    """The ``Runner`` ``tfseq-train args...`` makes, in this process: its flags through the flag
+    table, its run settings with ``settings`` (e.g. ``verbose=0``) in place of theirs."""
+    import dataclasses
+
+    from tfseq.pipelines.runner import Runner
+    from tfseq.scripts import flag_table
+
+    task, values, config = flag_config(*args)
+    return Runner(task, config, dataclasses.replace(flag_table.run_settings(values, 0.0),
+                                                    **settings))
+
+
+def train_in_process(*args):
+    """Trains as ``tfseq-train args... --verbose=0 --export=false`` does, in this process (the
+    command's filter of Keras' end-of-epoch warning included); the ``TrainResult``."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Your input ran out of data")
+        return runner(*args, verbose=0, export=False).run()
+
+
+def refused(*args) -> str:
+    """The line ``tfseq-train args...`` refuses to start with, in this process: the command's
+    own path from its flags (flag table -> config -> ``Runner``) to the line it prints
+    (``tfseq.scripts.run_command``: a flag error, a ``UsageError``, ``InputError``,
+    ``SetupError`` or ``ChangedRun``); fails the test if the run would start."""
+    from absl import app, flags
+
+    from tfseq.errors import InputError
+    from tfseq.pipelines.runner import SetupError
+    from tfseq.pipelines.runs import ChangedRun
+    from tfseq.scripts import flag_table
+
+    try:
+        runner(*args, verbose=0, export=False).run()
+    except flags.Error as e:
+        return f"tfseq-train: error: {e} (see tfseq-train --help)"
+    except ChangedRun as e:
+        return f"tfseq-train: error: {flag_table.changed_run_message(e)}"
+    except (app.UsageError, InputError, SetupError) as e:
+        return f"tfseq-train: error: {e}"
+    raise AssertionError(f"tfseq-train {args} would start")

@@ -11,6 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
+import cli
+
 import tfseq
 from tfseq import formats
 
@@ -322,30 +324,6 @@ def test_predict_reads_parquet_by_name(tmp_path):
     assert predicting.input_format(same, [path], None, None, None) == fmt
 
 
-def refused(*args) -> str:
-    """What ``tfseq-train args...`` refuses to start with (the error it prints after
-    ``tfseq-train: error: ``), in this process: the command's own path from its flags (flag
-    table -> config -> ``Runner``); fails the test if the run would start."""
-    from absl import app, flags
-
-    from tfseq.errors import InputError
-    from tfseq.pipelines import tasks
-    from tfseq.pipelines.runner import Runner, RunSettings, SetupError
-    from tfseq.scripts import flag_table
-
-    values = flags.FlagValues()
-    flag_table.define(flag_table.FLAGS_TABLE, flag_values=values)
-    try:
-        values(["tfseq-train", *args])
-        task = tasks.load(flag_table.task_name(values))
-        config = flag_table.build_config(task, values)
-        Runner(task, config, RunSettings(model_dir=values.model_dir, epochs=values.epochs,
-                                         verbose=0, export=False)).run()
-    except (flags.Error, app.UsageError, InputError, SetupError) as e:
-        return str(e)
-    raise AssertionError(f"tfseq-train {args} would start")
-
-
 @pytest.mark.slow
 def test_binary_trains_on_parquet_and_says_when_pyarrow_is_missing(tmp_path, monkeypatch):
     path = write_parquet(tmp_path / "train.parquet", {
@@ -365,6 +343,6 @@ def test_binary_trains_on_parquet_and_says_when_pyarrow_is_missing(tmp_path, mon
     # this process; the command prints it after "tfseq-train: error: ").
     for name in ("pyarrow", "pyarrow.parquet", "pyarrow.compute"):
         monkeypatch.setitem(sys.modules, name, None)
-    assert refused(*args, f"--model_dir={tmp_path / 'r2'}") == (
-        "--format=parquet needs pyarrow: pip install tfseq[parquet]")
+    assert cli.refused(*args, f"--model_dir={tmp_path / 'r2'}") == (
+        "tfseq-train: error: --format=parquet needs pyarrow: pip install tfseq[parquet]")
     assert not (tmp_path / "r2").exists()

@@ -6,7 +6,6 @@ import collections
 import json
 import random
 import signal
-import warnings
 
 import keras
 import pytest
@@ -200,43 +199,15 @@ def source_row(path, weight, records, examples, tokens, share, source_epochs, fi
             "source_epochs": source_epochs, "drops": NO_DROPS}
 
 
-def flag_config(*args):
-    """``(task, flag values, config)`` of ``tfseq-train args...``, through the command's own
-    flag table, in this process."""
-    from absl import flags
-
-    from tfseq.pipelines import tasks
-    from tfseq.scripts import flag_table
-
-    values = flags.FlagValues()
-    flag_table.define(flag_table.FLAGS_TABLE, flag_values=values)
-    values(["tfseq-train", *args])
-    task = tasks.load(flag_table.task_name(values))
-    return task, values, flag_table.build_config(task, values)
-
-
-def run_in_process(*args):
-    """Trains as ``tfseq-train args... --verbose=0 --export=false`` does, in this process: the
-    command's path from its flags (flag table -> config -> ``Runner``)."""
-    from tfseq.pipelines.runner import Runner, RunSettings
-
-    task, values, config = flag_config(*args)
-    settings = RunSettings(model_dir=values.model_dir, epochs=values.epochs,
-                           checkpoint_every=values.checkpoint_every, verbose=0, export=False)
-    with warnings.catch_warnings():  # the binary's own filter: the epoch's end, as Keras sees it
-        warnings.filterwarnings("ignore", message="Your input ran out of data")
-        return Runner(task, config, settings).run()
-
-
 @pytest.mark.slow
 def test_weighted_files_train_and_report_each_sources_share(tmp_path, as_the_runner_traces):
     # The binary's path in this process; its progress line's shares and a resume after SIGTERM
     # of a mixture: test_a_sources_file_mixes_jsonl_tsv_and_parquet_and_resumes_after_sigterm.
     news = write_source(tmp_path / "news.tsv", 0, 120)
     web = write_source(tmp_path / "web.tsv", 10_000, 120)
-    _, _, config = flag_config(f"--train_files={news}@0.8,{web}@0.2", "--columns=label,text")
+    _, _, config = cli.flag_config(f"--train_files={news}@0.8,{web}@0.2", "--columns=label,text")
     assert (config.train_files, config.train_weights) == ((news, web), (0.8, 0.2))
-    result = run_in_process(f"--train_files={news}@0.8,{web}@0.2", "--columns=label,text",
+    result = cli.train_in_process(f"--train_files={news}@0.8,{web}@0.2", "--columns=label,text",
                             "--epochs=1", "--max_tokens=32", "--max_length=12",
                             "--eval_percent=0", "--checkpoint_every=10",
                             f"--model_dir={tmp_path / 'run'}")
@@ -314,7 +285,7 @@ def test_weights_and_temperature_flags_are_checked(tmp_path):
                           ((f"--train_files={news}@0.7,{web}@0.3", "--mix_temperature=2"),
                            "give one")]:
         with pytest.raises(app.UsageError, match=message):
-            flag_config(*args, *common)
+            cli.flag_config(*args, *common)
     # A source in the wrong format (TSV lines in a .jsonl file): every record dropped.
     out = train(f"--train_files={news}@0.7,{web}@0.3", *common)
     assert cli.error_line(out).startswith(
@@ -333,7 +304,7 @@ def test_translate_mixes_weighted_file_pairs(tmp_path, as_the_runner_traces):
         return str(src), str(tgt)
 
     (a_en, a_de), (b_en, b_de) = pair("a", 100, "alpha"), pair("b", 100, "beta")
-    run_in_process("--task=translate", f"--source_files={a_en}@3,{b_en}@1", "--eval_percent=0",
+    cli.train_in_process("--task=translate", f"--source_files={a_en}@3,{b_en}@1", "--eval_percent=0",
                    f"--target_files={a_de},{b_de}", "--epochs=1",
                    f"--model_dir={tmp_path / 'run'}")
     rows = json.loads((tmp_path / "run" / "report.json").read_text())["sources"]
@@ -341,5 +312,5 @@ def test_translate_mixes_weighted_file_pairs(tmp_path, as_the_runner_traces):
     assert [r["files"] for r in rows] == [[a_en, a_de], [b_en, b_de]]
     assert abs(rows[0]["share"] - 0.75) <= 0.01 and abs(rows[1]["share"] - 0.25) <= 0.01
     with pytest.raises(SetupError, match="but 1 --target_files entries"):
-        run_in_process("--task=translate", f"--source_files={a_en}@3,{b_en}@1",
+        cli.train_in_process("--task=translate", f"--source_files={a_en}@3,{b_en}@1",
                        f"--target_files={a_de}", f"--model_dir={tmp_path / 'bad'}")

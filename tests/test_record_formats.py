@@ -11,6 +11,8 @@ import sys
 import pytest
 import tensorflow as tf
 
+import cli
+
 import tfseq
 from tfseq import formats
 
@@ -181,33 +183,10 @@ def test_binary_classify_trains_on_tfrecord_and_names_a_bad_record(tfrecord_run,
     # A bad record refuses the run, in this process: the command's own path from its flags
     # (flag table -> config -> ``Runner``) to the one line it prints.
     bad = write_records(tmp_path / "bad.tfrecord", records[:50] + [example(label=1, text="x")])
-    line = refused("--task=classify", f"--train_files={bad}", "--columns=label,text",
+    line = cli.refused("--task=classify", f"--train_files={bad}", "--columns=label,text",
                    f"--model_dir={tmp_path / 'run2'}", "--verbose=0")
     assert f"{bad}: record 51: feature 'label' is a int64_list" in line
     assert not (tmp_path / "run2").exists()
-
-
-def refused(*args) -> str:
-    """What ``tfseq-train args...`` refuses to start with (the error it prints after
-    ``tfseq-train: error: ``), in this process; fails the test if the run would start."""
-    from absl import app, flags
-
-    from tfseq.errors import InputError
-    from tfseq.pipelines import tasks
-    from tfseq.pipelines.runner import Runner, RunSettings, SetupError
-    from tfseq.scripts import flag_table
-
-    values = flags.FlagValues()
-    flag_table.define(flag_table.FLAGS_TABLE, flag_values=values)
-    try:
-        values(["tfseq-train", *args])
-        task = tasks.load(flag_table.task_name(values))
-        config = flag_table.build_config(task, values)
-        Runner(task, config, RunSettings(model_dir=values.model_dir, verbose=0,
-                                         export=False)).run()
-    except (flags.Error, app.UsageError, InputError, SetupError) as e:
-        return str(e)
-    raise AssertionError(f"tfseq-train {args} would start")
 
 
 # ----------------------------------------------------------------------------- JSON Lines

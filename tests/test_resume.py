@@ -280,34 +280,14 @@ def finished_run(tmp_path_factory):
 
 
 def flag_config(corpus, run, **changes):
-    """``(task, flag values, config)`` of ``tfseq-train`` given the flags ``common(corpus,
-    run, **changes)``, through the command's own flag table."""
-    from absl import flags
-
-    from tfseq.pipelines import tasks
-    from tfseq.scripts import flag_table
-
-    values = flags.FlagValues()
-    flag_table.define(flag_table.FLAGS_TABLE, flag_values=values)
-    values(["tfseq-train", *common(corpus, run, **changes)])
-    task = tasks.load(flag_table.task_name(values))
-    return task, values, flag_table.build_config(task, values)
+    """``cli.flag_config`` of the flags ``common(corpus, run, **changes)``."""
+    return cli.flag_config(*common(corpus, run, **changes))
 
 
 def refused(corpus, run, **changes):
-    """The line ``tfseq-train`` refuses a resume of ``run`` with ``changes`` with (after
-    ``tfseq-train: error: ``), in this process: the command's own path from its flags
-    (flag table -> config -> ``Runner``) to the ``ChangedRun`` it reports, nothing trained."""
-    from tfseq.pipelines.runner import Runner, RunSettings
-    from tfseq.pipelines.runs import ChangedRun
-    from tfseq.scripts.flag_table import changed_run_message
-
-    task, values, config = flag_config(corpus, run, **{**FINISHED, **changes})
-    settings = RunSettings(model_dir=values.model_dir, epochs=values.epochs,
-                           learning_rate=values.learning_rate, verbose=0, export=False)
-    with pytest.raises(ChangedRun) as e:
-        Runner(task, config, settings).run()
-    return changed_run_message(e.value)
+    """The line ``tfseq-train`` refuses a resume of ``run`` with ``changes`` with, in this
+    process (``cli.refused``: the command's own path from its flags), nothing trained."""
+    return cli.refused(*common(corpus, run, **{**FINISHED, **changes}))
 
 
 @pytest.mark.slow

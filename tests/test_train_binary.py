@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+import cli
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BOOKS = ["Gen", "Ps", "Isa", "Matt", "Rom", "Rev", "Josh"]
 
@@ -49,21 +51,6 @@ def test_unknown_flag_fails_naming_it():
     assert "no_such_flag" in error_line(train("--no_such_flag=3"))
 
 
-def flag_config(*args):
-    """``(task, flag values, config)`` of ``tfseq-train args...``, through the command's own
-    flag table (raises what the command reports: a flag error or a ``UsageError``)."""
-    from absl import flags
-
-    from tfseq.pipelines import tasks
-    from tfseq.scripts import flag_table
-
-    values = flags.FlagValues()
-    flag_table.define(flag_table.FLAGS_TABLE, flag_values=values)
-    values(["tfseq-train", *args])
-    task = tasks.load(flag_table.task_name(values))
-    return task, values, flag_table.build_config(task, values)
-
-
 def epoch_of(*args) -> tuple[int, dict]:
     """``(steps, train counters)`` of the epoch 0 of ``tfseq-train args...``'s training stream,
     enumerated in this process without training (the batches a trainer takes:
@@ -74,7 +61,7 @@ def epoch_of(*args) -> tuple[int, dict]:
     from tfseq._common import traced_as_written
     from tfseq.pipelines.spine import committed
 
-    task, values, config = flag_config(*args)
+    task, values, config = cli.flag_config(*args)
     with traced_as_written():
         run = task.open(values.model_dir, config, model_config=task.model_config())
         counter = tfseq.DropCounter("train")
@@ -84,39 +71,16 @@ def epoch_of(*args) -> tuple[int, dict]:
     return steps, {"seen": counter.seen(), "drops": counter.drops()}
 
 
-def refused(*args) -> str:
-    """The line ``tfseq-train args...`` refuses to start with, in this process: the command's
-    own path from its flags (flag table -> config -> ``Runner``) to the error it prints
-    (``tfseq.scripts.run_command``: a flag error, a ``UsageError``, ``InputError`` or
-    ``SetupError``); fails the test if the run would start."""
-    from absl import app, flags
-
-    from tfseq.errors import InputError
-    from tfseq.pipelines.runner import Runner, RunSettings, SetupError
-
-    try:
-        task, values, config = flag_config(*args)
-        settings = RunSettings(model_dir=values.model_dir, epochs=values.epochs,
-                               num_replicas=values.num_replicas,
-                               data_service=values.data_service, verbose=0, export=False)
-        Runner(task, config, settings).run()
-    except flags.Error as e:
-        return f"tfseq-train: error: {e} (see tfseq-train --help)"
-    except (app.UsageError, InputError, SetupError) as e:
-        return f"tfseq-train: error: {e}"
-    raise AssertionError(f"tfseq-train {args} would start")
-
-
 def test_a_learning_rate_that_is_not_positive_fails_naming_it():
-    assert "--learning_rate must be > 0" in refused("--learning_rate=0")
+    assert "--learning_rate must be > 0" in cli.refused("--learning_rate=0")
 
 
 def test_a_block_length_that_is_not_a_positive_int_fails_naming_it():
-    assert "--block_length takes positive ints" in refused("--block_length=32,x")
+    assert "--block_length takes positive ints" in cli.refused("--block_length=32,x")
 
 
 def test_conflicting_flags_fail_naming_them(tmp_path, tiny_corpus):
-    line = refused(f"--files={tiny_corpus}", "--batching=bucket", "--batch_size=8",
+    line = cli.refused(f"--files={tiny_corpus}", "--batching=bucket", "--batch_size=8",
                    f"--model_dir={tmp_path / 'run'}")
     assert "--batch_size applies to --batching=pad" in line
     assert not (tmp_path / "run").exists()
@@ -251,11 +215,11 @@ def test_jit_compile_with_replicas_fails_naming_it(tmp_path, tiny_corpus):
 
 def test_replicas_on_a_task_without_support_fail_clearly(tmp_path):
     for task in (["--task=lm", "--tbptt=8"], ["--task=lm_tbptt"]):  # the same task
-        line = refused(*task, "--num_replicas=2", f"--model_dir={tmp_path / 'x'}")
+        line = cli.refused(*task, "--num_replicas=2", f"--model_dir={tmp_path / 'x'}")
         assert line == ("tfseq-train: error: --num_replicas is not supported by "
                         "--task=lm_tbptt (it trains in: single); drop --num_replicas")
         assert not (tmp_path / "x").exists()
-    line = refused("--task=documents", "--data_service=localhost:1",
+    line = cli.refused("--task=documents", "--data_service=localhost:1",
                    f"--model_dir={tmp_path / 'y'}")
     assert line.endswith("--data_service is not supported by --task=documents (it "
                          "trains in: single, replicated); drop --data_service")

@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+
+import cli
 from hypothesis import given, strategies as st
 
 import tfseq
@@ -276,30 +278,6 @@ def test_binary_lm_text_trains_an_epoch(tmp_path):
     assert report["counters"]["train"]["seen"]["lines_read"] == 200 and report["steps"] > 0
 
 
-def refused(*args) -> str:
-    """What ``tfseq-train args...`` refuses to start with (the error it prints after
-    ``tfseq-train: error: ``), in this process: the command's own path from its flags (flag
-    table -> config -> ``Runner``); fails the test if the run would start."""
-    from absl import app, flags
-
-    from tfseq.errors import InputError
-    from tfseq.pipelines import tasks
-    from tfseq.pipelines.runner import Runner, RunSettings, SetupError
-    from tfseq.scripts import flag_table
-
-    values = flags.FlagValues()
-    flag_table.define(flag_table.FLAGS_TABLE, flag_values=values)
-    try:
-        values(["tfseq-train", *args])
-        task = tasks.load(flag_table.task_name(values))
-        config = flag_table.build_config(task, values)
-        Runner(task, config, RunSettings(model_dir=values.model_dir, epochs=values.epochs,
-                                         verbose=0, export=False)).run()
-    except (flags.Error, app.UsageError, InputError, SetupError) as e:
-        return str(e)
-    raise AssertionError(f"tfseq-train {args} would start")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["--columns=label,txt"], "Unknown column name(s) ['txt']"),
@@ -313,7 +291,7 @@ def refused(*args) -> str:
 def test_bad_input_is_refused_naming_it(tmp_path, classify_tsv, args, message):
     if args == ["--columns=label,txt"] or args == ["--columns=label,_"]:
         args = [f"--train_files={classify_tsv[0]}", "--header", *args]
-    assert message in refused(*args, f"--model_dir={tmp_path / 'run'}", "--epochs=1")
+    assert message in cli.refused(*args, f"--model_dir={tmp_path / 'run'}", "--epochs=1")
     assert not (tmp_path / "run").exists()
 
 
