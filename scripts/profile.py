@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import types
 
@@ -292,6 +293,11 @@ def _batch_rows(element):
     return tf.cast(rows, tf.int64), tf.constant(0, tf.int64)
 
 
+def progress(message: str) -> None:
+    """One line on stderr while the profile runs (the table comes at the end, on stdout)."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def profile_task():
     """Rows of the ``--task`` profile, the counter, and the last stage's dataset."""
     import tempfile
@@ -300,8 +306,10 @@ def profile_task():
 
     rows, previous = [], None
     with tempfile.TemporaryDirectory(prefix="tfseq_profile_") as tmp:
+        progress("reading the files as the task's training does (labels, vocabulary) ...")
         counter, staged = task_stages(flag_table.task_name(FLAGS), os.path.join(tmp, "run"))
         for name, ds, count in staged:
+            progress(f"timing the stage '{name}' ...")
             best = None
             for _ in range(FLAGS.repeats):
                 counter.reset()  # the drops of one pass (the stream's own stay on its tapes)
@@ -355,11 +363,13 @@ def main(argv):
         texts = tfseq.text_lines(files)
         if FLAGS.field >= 0:
             texts = texts.map(field_of)
+    progress("building the vocabulary of the text ...")
     vocab = tfseq.Vocab.build(texts)
     counter = tfseq.DropCounter()
 
     rows, ds, previous = [], None, None
     for name, transform in stages(files, vocab, counter):
+        progress(f"timing the stage '{name}' ...")
         ds = transform(ds)
         best = None
         for _ in range(FLAGS.repeats):

@@ -186,6 +186,11 @@ def test_profile_reads_what_training_reads_with_aligned_rows(data):
                   "--columns=token,_,_,tag", "--repeats=1", cwd=data)
     assert out.returncode == 0, out.stderr[-3000:]
     assert cli.tf_log_lines(out.stderr) == []
+    # While it runs: a line a phase on stderr (the table comes at the end).
+    assert out.stderr.splitlines() == [
+        "reading the files as the task's training does (labels, vocabulary) ...",
+        "timing the stage 'read records' ...", "timing the stage 'encode (tag)' ...",
+        "timing the stage 'train stream (bucket)' ..."]
     lines = out.stdout.splitlines()
     start = lines.index(next(line for line in lines if line.startswith("after stage")))
     table = [line.split("  <-")[0] for line in lines[start:start + 4]]
@@ -203,6 +208,8 @@ def test_profile_of_a_two_column_tsv_by_its_columns(data):
     assert out.returncode == 0, out.stderr[-3000:]
     assert cli.tf_log_lines(out.stderr) == []
     assert "batch (bucket)" in out.stdout
+    assert out.stderr.splitlines()[:2] == ["building the vocabulary of the text ...",
+                                           "timing the stage 'read' ..."]
 
 
 # ----- signals before training, the data service

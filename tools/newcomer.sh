@@ -126,7 +126,8 @@ run 0 "$BIN/tfseq-profile" --train_files=texts.jsonl --columns=label,text --repe
 run 0 "$BIN/tfseq-profile" --task=tag --train_files=train.conll --format=conll \
   --columns=token,_,_,tag --repeats=1
 run 2 "$BIN/tfseq-data-service" --role=dispatcher
-run 0 "$BIN/python" -W error::UserWarning - <<'PY'
+# The user's own script prints once, at its end: no limit on its silence.
+MAX_SILENT=600 run 0 "$BIN/python" -W error::UserWarning - <<'PY'
 import tfseq  # before keras: tfseq keeps TensorFlow's start-up lines off the terminal
 import keras
 vocab = tfseq.Vocab.build(tfseq.formats.text_column("data/train1.tsv", columns=["label", "text"], header=True))
