@@ -794,7 +794,7 @@ class JsonLines(Format):
 def _row_decoder(keys: tuple[str, ...]):
     """``decode_paths(lines, keys, array_paths=keys, scalars=True)`` as one traced function per
     ``keys``, shared by every pipeline of the process: the decoder's graph takes ~0.7 s of
-    CPU to trace, and a training run parses in four pipelines (vocab, counts, train, eval)."""
+    CPU to trace, and a classify run parses in four pipelines (its one read, train, eval)."""
     return tf.function(
         lambda lines: decode_paths(lines, keys, array_paths=keys, scalars=True),
         input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
