@@ -62,6 +62,21 @@ def write_tiny_corpus(path, lines=280):
     return str(path)
 
 
+def write_source(path, first_id, lines, seed=0, labels=("east", "north", "south", "west")):
+    """``label<TAB>t<id> words``, ``labels`` in turn: ids ``first_id ..`` (unique across the
+    sources of a mixture, so each example is known by its first word)."""
+    import random
+
+    rng = random.Random(seed + first_id)
+    rows = []
+    for i in range(lines):
+        label = labels[i % len(labels)]
+        words = " ".join(f"{label}{rng.randrange(6)}" for _ in range(i % 9 + 1))
+        rows.append(f"{label}\tt{first_id + i} {words}")
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
 def train_tiny(task_name, model_dir, steps=3, **config):
     """Trains ``task_name`` for a few steps on the tiny corpus; returns ``(task, config, model,
     state)``."""

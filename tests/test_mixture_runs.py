@@ -11,6 +11,7 @@ import keras
 import pytest
 
 import cli
+from conftest import write_source
 import tensorflow as tf
 
 from tfseq.mixing import MixedRecords
@@ -26,18 +27,6 @@ def as_the_runner_traces():
 
     with traced_as_written():
         yield
-
-
-def write_source(path, first_id, lines, seed=0):
-    """``label<TAB>t<id> words``: ids ``first_id ..`` (unique across sources)."""
-    rng = random.Random(seed + first_id)
-    rows = []
-    for i in range(lines):
-        label = LABELS[i % len(LABELS)]
-        words = " ".join(f"{label}{rng.randrange(6)}" for _ in range(i % 9 + 1))
-        rows.append(f"{label}\tt{first_id + i} {words}")
-    path.write_text("\n".join(rows) + "\n")
-    return str(path)
 
 
 def strings(prefix, n):

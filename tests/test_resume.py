@@ -15,6 +15,7 @@ import keras
 import pytest
 
 import cli
+from conftest import write_source
 import tensorflow as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,19 +41,6 @@ def write_corpus(path, lines=1200, seed=0):
         label = LABELS[i * len(LABELS) // lines]
         words = " ".join(f"{label}{rng.randrange(6)}" for _ in range(i % 11 + 1))
         rows.append(f"{label}\tt{i} {words}")
-    path.write_text("\n".join(rows) + "\n")
-    return str(path)
-
-
-def write_source(path, first_id, lines, seed=0):
-    """``label<TAB>t<id> words``, labels in turn: ids ``first_id ..`` (unique across
-    sources)."""
-    rng = random.Random(seed + first_id)
-    rows = []
-    for i in range(lines):
-        label = LABELS[i % len(LABELS)]
-        words = " ".join(f"{label}{rng.randrange(6)}" for _ in range(i % 9 + 1))
-        rows.append(f"{label}\tt{first_id + i} {words}")
     path.write_text("\n".join(rows) + "\n")
     return str(path)
 
