@@ -13,6 +13,10 @@ from tfseq._quiet import import_tensorflow as _import_tensorflow
 
 _import_tensorflow()  # without TensorFlow's start-up lines (tfseq/_quiet.py)
 
+from tfseq._common import trace_own_functions_as_written as _trace_own_functions_as_written
+
+_trace_own_functions_as_written()  # AutoGraph leaves tfseq's functions as written
+
 
 # --- foundation: reading, vocab, tokenizing, filtering, padding, stats
 from tfseq.reading import text_lines

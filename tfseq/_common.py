@@ -255,6 +255,35 @@ def mark_last(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset.map(plain(wrap)).unbatch().skip(1).batch(2).map(plain(unwrap))
 
 
+def trace_own_functions_as_written() -> None:
+    """Lets AutoGraph leave tfseq's own functions as written, as it leaves TensorFlow's and
+    Keras' (its ``DO_NOT_CONVERT`` rules, matched by module name).
+
+    tfseq's data functions branch only on Python values (every data-dependent choice is a tf
+    op), so converting their source changes nothing but costs seconds of every pipeline's
+    construction (~3 of the 10 CPU s of a small run in one process). Functions a caller hands
+    to tfseq keep the caller's conversion (``user_function``). A TensorFlow without these
+    rules: converted as before.
+    """
+    try:
+        from tensorflow.python.autograph.core import config
+    except ImportError:
+        return
+    rules = tuple(config.CONVERSION_RULES)
+    if not any(isinstance(r, config.DoNotConvert) and r._prefix == "tfseq" for r in rules):
+        config.CONVERSION_RULES = (config.DoNotConvert("tfseq"),) + rules
+
+
+def user_function(fn: Callable | None) -> Callable | None:
+    """``fn``, a function a caller hands to tfseq, converted by AutoGraph as the caller's
+    ``Dataset.map`` would convert it (tfseq's own functions are not converted, so a call from
+    one would otherwise reach ``fn`` as written); ``None`` stays ``None``."""
+    if fn is None:
+        return None
+    autograph = tf.__internal__.autograph
+    return autograph.tf_convert(fn, autograph.control_status_ctx())
+
+
 @contextlib.contextmanager
 def traced_as_written():
     """Within the block, dataset functions (``map``, ``filter``, ``flat_map``, ``reduce``...)

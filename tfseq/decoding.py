@@ -9,6 +9,8 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
+from tfseq._common import user_function
+
 # step_fn(token int32 [B, 1], state, memory, lengths int32 [B]) -> (logits float32 [B, V], state)
 StepFn = Callable
 
@@ -29,6 +31,7 @@ def greedy_decode(step_fn: StepFn, memory, state, lengths: tf.Tensor, *, max_len
       int32 [B, N], 1 <= N <= max_length: the generated ids; after a row's ``eos_id`` every
       id is 0. Runs as a ``tf.while_loop`` in a graph, as a Python loop when eager.
     """
+    step_fn = user_function(step_fn)
     rows = tf.shape(lengths)[0]
     token = tf.fill([rows, 1], tf.constant(bos_id, tf.int32))
     done = tf.zeros([rows], tf.bool)

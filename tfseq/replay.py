@@ -30,7 +30,7 @@ from typing import Callable
 
 import tensorflow as tf
 
-from tfseq._common import pipeline_options
+from tfseq._common import pipeline_options, user_function
 
 
 def epoch_seed(seed: int, epoch: tf.Tensor) -> tf.Tensor:
@@ -71,10 +71,10 @@ class ReplayStream:
 
     def __init__(self, make_epoch: Callable[[tf.Tensor], tf.data.Dataset], *,
                  count: Callable | None = None, seed: int = 0, map_fn: Callable | None = None):
-        self.make_epoch = make_epoch
-        self.count = count
+        self.make_epoch = user_function(make_epoch)
+        self.count = user_function(count)
         self.seed = seed
-        self.map_fn = map_fn
+        self.map_fn = user_function(map_fn)
 
     def split(self, num_parts: int) -> "ReplayStream":
         """This stream with each batch split into a tuple of ``num_parts`` ``(features,

@@ -45,7 +45,7 @@ from typing import Any, Callable, Mapping
 import tensorflow as tf
 
 from tfseq._common import (batch_lengths, encode_calls, example_keys, parallel_calls,
-                           pipeline_options)
+                           pipeline_options, user_function)
 from tfseq._pools import PoolLists
 from tfseq.shuffling import (GZIP_RATIO, RecordShards, SpillWriter, epoch_key, num_shards_for,
                              stateless_seed)
@@ -86,14 +86,14 @@ class ResumableStream:
             raise ValueError("Give exactly one of pool_tokens and pool_examples; received "
                              f"pool_tokens={pool_tokens!r}, pool_examples={pool_examples!r}")
         self.shards = shards
-        self.encode = encode
+        self.encode = user_function(encode)
         self.batcher = batcher
         self.counter = counter
         self.pool_tokens = pool_tokens
         self.pool_examples = pool_examples
         self.seed = seed
         self.epoch = epoch
-        self.map_fn = map_fn
+        self.map_fn = user_function(map_fn)
         self.read_batch = read_batch
         self.token_keys = list(token_keys) if token_keys else None
         self._encode_calls = encode_calls()  # speed only (tfseq.experimental.parallelism)
