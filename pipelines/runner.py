@@ -397,6 +397,7 @@ class _Training:
     data_state_bytes: int = 0
     sources: list = dataclasses.field(default_factory=list)
     jit: dict | None = None
+    evaluated: tuple | None = None  # (optimizer step, metrics, eval counts) of the last pass
 
     def sync_local_model(self) -> None:
         if self.local_model is not self.model:
@@ -408,8 +409,22 @@ class _Training:
         return self.task.eval_dataset(self.config, self.run.state, self.counters["eval"])
 
     def evaluate(self) -> dict:
-        """Held-out metrics of the model now (the eval counters restart)."""
+        """Held-out metrics of the model now; the eval counters hold that one pass.
+
+        Weights evaluated already (the last epoch's evaluation, then the report's, at the same
+        step) are not evaluated again: the same numbers and counts, without a second pass.
+        """
+        step = int(self.model.optimizer.iterations.numpy())
+        counter = self.counters["eval"]
+        if self.evaluated is not None and self.evaluated[0] == step:
+            _, results, counts = self.evaluated
+            for name, variable in counter.variables().items():
+                variable.assign(counts.get(name, 0))
+            return dict(results)
         self.sync_local_model()
-        self.counters["eval"].reset()
-        return {k: float(v) for k, v in self.local_model.evaluate(
+        counter.reset()
+        results = {k: float(v) for k, v in self.local_model.evaluate(
             self.eval_ds(), verbose=0, return_dict=True).items()}
+        counts = {name: int(v.numpy()) for name, v in counter.variables().items()}
+        self.evaluated = (step, results, counts)
+        return dict(results)

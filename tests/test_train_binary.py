@@ -86,6 +86,29 @@ def test_conflicting_flags_fail_naming_them(tmp_path, tiny_corpus):
     assert not (tmp_path / "run").exists()
 
 
+def test_the_last_epochs_evaluation_is_the_reports_not_a_second_pass(tmp_path, tiny_corpus,
+                                                                      monkeypatch):
+    import keras
+
+    steps = []  # the optimizer step of each evaluation pass
+    evaluate = keras.Model.evaluate
+
+    def counted(model, *args, **kwargs):
+        steps.append(int(model.optimizer.iterations.numpy()))
+        return evaluate(model, *args, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "evaluate", counted)
+    cli.train_in_process(f"--files={tiny_corpus}", "--batching=pad",
+                         "--batch_size=128", "--epochs=2", f"--model_dir={tmp_path / 'run'}")
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["steps"] == 6 and len(steps) == 2  # after epoch 1 and 2; none after
+    last = report["history"][-1]
+    assert report["eval"] == {k[len("eval_"):]: v for k, v in last.items()
+                              if k.startswith("eval_")}
+    # The eval counts are one pass over the file (also after the baseline's own pass).
+    assert report["counters"]["eval"]["seen"]["lines_read"] == 282
+
+
 def test_help_exits_0_with_the_commands_flags():
     out = train("--help")
     assert out.returncode == 0, out.stderr[-3000:]
