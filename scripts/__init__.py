@@ -95,7 +95,6 @@ def run_command(module_name: str, main, *, kept=None) -> None:
     sys.modules["__main__"].__doc__ = module.__doc__
     for flag in flags.FLAGS.get_flags_for_module(module_name):
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
-    from tfseq._common import traced_as_written
 
     def parse(argv):
         try:
@@ -107,11 +106,10 @@ def run_command(module_name: str, main, *, kept=None) -> None:
                 sys.exit(0)
             raise
 
-    def traced_main(argv):
+    def guarded_main(argv):
         try:
             _stop_on_signals()
-            with traced_as_written():  # the binaries' data functions need no AutoGraph
-                return main(argv)
+            return main(argv)
         except (app.UsageError, InputError) as e:
             logging.debug("%s failed", command, exc_info=True)  # shown with -v 1
             fail(command, str(e))
@@ -121,7 +119,7 @@ def run_command(module_name: str, main, *, kept=None) -> None:
             interrupted(command, "SIGTERM", kept() if kept else "nothing was written")
 
     try:
-        app.run(traced_main, flags_parser=parse)
+        app.run(guarded_main, flags_parser=parse)
     except KeyboardInterrupt:  # before main: while the flags are parsed
         interrupted(command, "SIGINT", "nothing was written")
 

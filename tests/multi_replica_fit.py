@@ -126,7 +126,4 @@ def main(out_path, num_replicas):
 
 
 if __name__ == "__main__":
-    from tfseq._common import traced_as_written
-
-    with traced_as_written():  # as the training binary runs (no AutoGraph conversion)
-        main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 4)
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 4)

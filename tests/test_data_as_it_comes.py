@@ -214,18 +214,7 @@ def test_the_same_rows_as_tsv_jsonl_and_parquet_parse_alike(tmp_path):
             tf.constant(f"{r['label']}\t{r['text']}"), 30)], kind
 
 
-@pytest.fixture
-def as_the_runner_traces():
-    """Dataset functions traced as the training binary traces them (no AutoGraph conversion:
-    seconds of every task pipeline's start)."""
-    from tfseq._common import traced_as_written
-
-    with traced_as_written():
-        yield
-
-
-def test_classify_prepares_the_same_vocabulary_and_labels_from_each(tmp_path,
-                                                                     as_the_runner_traces):
+def test_classify_prepares_the_same_vocabulary_and_labels_from_each(tmp_path):
     from tfseq.pipelines import classify
 
     states = {}
@@ -238,8 +227,7 @@ def test_classify_prepares_the_same_vocabulary_and_labels_from_each(tmp_path,
     assert states["tsv"] == states["jsonl"] == states["parquet"]
 
 
-def test_the_same_rows_in_each_format_train_on_the_same_batches(tmp_path, as_list,
-                                                                 as_the_runner_traces):
+def test_the_same_rows_in_each_format_train_on_the_same_batches(tmp_path, as_list):
     """The same vocabulary, labels, training batches (in order) and evaluation batches: the
     same model and the same held-out accuracy, whatever the format."""
     from tfseq.pipelines import classify

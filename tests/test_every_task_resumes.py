@@ -12,20 +12,11 @@ import pytest
 import tensorflow as tf
 
 import tfseq
-from tfseq._common import traced_as_written
 from tfseq.pipelines import tasks
 from tfseq.pipelines.spine import committed
 from tfseq.training import Trainer, checkpoints_newest_first, data_state_bytes
 
 DATA_STATE_BOUND = 1024  # bytes: the cursor (3 int64) and the train counters
-
-
-@pytest.fixture(autouse=True)
-def as_the_runner_traces():
-    """Dataset functions traced as the training binary traces them (no AutoGraph conversion:
-    seconds of every stream's start)."""
-    with traced_as_written():
-        yield
 
 
 def words(i, n):

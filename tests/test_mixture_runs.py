@@ -20,15 +20,6 @@ from tfseq.resumable import RecordShards
 LABELS = ("east", "north", "south", "west")
 
 
-@pytest.fixture
-def as_the_runner_traces():
-    """Dataset functions traced as the training binary traces them (no AutoGraph conversion)."""
-    from tfseq._common import traced_as_written
-
-    with traced_as_written():
-        yield
-
-
 def strings(prefix, n):
     return lambda: tf.data.Dataset.from_tensor_slices(
         [f"{prefix}{i}" for i in range(n)]).batch(4)
@@ -127,7 +118,7 @@ def run_trainer(config, state, shards, model_dir, *, max_steps=None, steps=None)
 
 
 @pytest.mark.slow
-def test_a_mixture_stream_trains_the_weights_and_resumes_exactly(tmp_path, as_the_runner_traces):
+def test_a_mixture_stream_trains_the_weights_and_resumes_exactly(tmp_path):
     import tfseq
     from tfseq.pipelines import classify, sources
     from tfseq.pipelines.spine import committed
@@ -189,7 +180,7 @@ def source_row(path, weight, records, examples, tokens, share, source_epochs, fi
 
 
 @pytest.mark.slow
-def test_weighted_files_train_and_report_each_sources_share(tmp_path, as_the_runner_traces):
+def test_weighted_files_train_and_report_each_sources_share(tmp_path):
     # The binary's path in this process; its progress line's shares and a resume after SIGTERM
     # of a mixture: test_a_sources_file_mixes_jsonl_tsv_and_parquet_and_resumes_after_sigterm.
     news = write_source(tmp_path / "news.tsv", 0, 120)
@@ -283,7 +274,7 @@ def test_weights_and_temperature_flags_are_checked(tmp_path):
 
 
 @pytest.mark.slow
-def test_translate_mixes_weighted_file_pairs(tmp_path, as_the_runner_traces):
+def test_translate_mixes_weighted_file_pairs(tmp_path):
     from tfseq.pipelines.runner import SetupError
 
     def pair(name, n, word):

@@ -123,7 +123,4 @@ def test_two_workers_step_equally_and_match_a_two_replica_process(tmp_path):
 
 
 if __name__ == "__main__":
-    from tfseq._common import traced_as_written
-
-    with traced_as_written():  # as the training binary runs (no AutoGraph conversion)
-        child(sys.argv[1], sys.argv[2])
+    child(sys.argv[1], sys.argv[2])

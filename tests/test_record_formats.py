@@ -244,18 +244,8 @@ def test_jsonl_bad_utf8_is_counted_as_invalid_utf8_and_a_raw_nul_as_malformed(tm
         f"{path}:5: invalid_utf8"]
 
 
-@pytest.fixture
-def as_the_runner_traces():
-    """Dataset functions traced as the training binary traces them (no AutoGraph conversion:
-    seconds of every task pipeline's start)."""
-    from tfseq._common import traced_as_written
-
-    with traced_as_written():
-        yield
-
-
 @pytest.mark.slow
-def test_classify_on_jsonl_matches_the_same_rows_as_tsv(tmp_path, as_the_runner_traces):
+def test_classify_on_jsonl_matches_the_same_rows_as_tsv(tmp_path):
     from tfseq.pipelines import classify
 
     rng = random.Random(1)
@@ -310,7 +300,7 @@ def test_predict_reads_jsonl_and_tfrecord_inputs_in_order(tfrecord_run, tmp_path
 
 
 @pytest.mark.slow
-def test_tag_reads_jsonl_with_tags_as_arrays_or_strings(tmp_path, as_the_runner_traces):
+def test_tag_reads_jsonl_with_tags_as_arrays_or_strings(tmp_path):
     from tfseq.pipelines import tag
 
     rows = []

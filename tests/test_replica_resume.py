@@ -124,7 +124,4 @@ def test_two_replica_run_killed_mid_epoch_resumes_exactly_once(tmp_path):
 
 
 if __name__ == "__main__":
-    from tfseq._common import traced_as_written
-
-    with traced_as_written():  # as the training binary runs (no AutoGraph conversion)
-        run_all(sys.argv[1], sys.argv[2])
+    run_all(sys.argv[1], sys.argv[2])

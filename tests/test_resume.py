@@ -23,16 +23,6 @@ LABELS = ("east", "north", "south", "west")
 DATA_STATE_BOUND = 1024  # bytes: the cursor (3 int64) and the train counters (int64 each)
 
 
-@pytest.fixture
-def as_the_runner_traces():
-    """Dataset functions traced as the training binary traces them (no AutoGraph conversion:
-    seconds of every stream's start)."""
-    from tfseq._common import traced_as_written
-
-    with traced_as_written():
-        yield
-
-
 def write_corpus(path, lines=1200, seed=0):
     """``label<TAB>text`` sorted by label; every line's first word ``t<i>`` is its id."""
     rng = random.Random(seed)
@@ -83,8 +73,7 @@ def run_trainer(task, config, state, shards, model_dir, *, max_steps=None, epoch
 
 @pytest.mark.slow
 @pytest.mark.parametrize("batching", ["pad", "bucket", "pack"])
-def test_bounded_data_state_and_an_exact_mid_epoch_resume(tmp_path, batching,
-                                                         as_the_runner_traces):
+def test_bounded_data_state_and_an_exact_mid_epoch_resume(tmp_path, batching):
     import tfseq
     from tfseq.pipelines import classify, sources
     from tfseq.training import checkpoints_newest_first, data_state_bytes
@@ -184,8 +173,7 @@ def epoch_steps(stream, tokens, in_order=False) -> list[list[int]]:
 
 
 @pytest.mark.slow
-def test_a_run_resumes_on_another_number_of_replicas_at_the_same_global_budget(
-        tmp_path, as_the_runner_traces):
+def test_a_run_resumes_on_another_number_of_replicas_at_the_same_global_budget(tmp_path):
     # Runs cut after 3 steps on 2 replicas resumed on 4 (bucket, pack), and on 4 resumed on 2
     # (bucket, a mixture of two sources at 0.7 / 0.3); each replica count a process of its
     # own, as a user's.
@@ -279,8 +267,7 @@ def refused(corpus, run, **changes):
 
 
 @pytest.mark.slow
-def test_changed_settings_stop_before_training_naming_each_change(finished_run,
-                                                                  as_the_runner_traces):
+def test_changed_settings_stop_before_training_naming_each_change(finished_run):
     corpus, run = finished_run
     saved_vocab = (run / "vocab.txt").read_text()
     for change, expected in [
@@ -446,11 +433,8 @@ def test_report_has_one_schema_single_replicated_and_two_workers(tmp_path, finis
 
 
 if __name__ == "__main__":
-    from tfseq._common import traced_as_written
-
     if sys.argv[1] == "elastic":
-        with traced_as_written():  # as the training binary runs (no AutoGraph conversion)
-            elastic_child(int(sys.argv[2]), json.loads(sys.argv[3]))
+        elastic_child(int(sys.argv[2]), json.loads(sys.argv[3]))
 
 
 def test_checkpoints_are_listed_from_a_relative_model_dir_and_partial_ones_removed(

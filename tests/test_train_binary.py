@@ -58,16 +58,14 @@ def epoch_of(*args) -> tuple[int, dict]:
     import tensorflow as tf
 
     import tfseq
-    from tfseq._common import traced_as_written
     from tfseq.pipelines.spine import committed
 
     task, values, config = cli.flag_config(*args)
-    with traced_as_written():
-        run = task.open(values.model_dir, config, model_config=task.model_config())
-        counter = tfseq.DropCounter("train")
-        stream = task.training_stream(config, run.state, counter, run.shards)
-        stream.epoch = tf.Variable(0, dtype=tf.int64)
-        steps = sum(1 for _ in committed(stream))
+    run = task.open(values.model_dir, config, model_config=task.model_config())
+    counter = tfseq.DropCounter("train")
+    stream = task.training_stream(config, run.state, counter, run.shards)
+    stream.epoch = tf.Variable(0, dtype=tf.int64)
+    steps = sum(1 for _ in committed(stream))
     return steps, {"seen": counter.seen(), "drops": counter.drops()}
 
 

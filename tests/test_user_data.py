@@ -127,19 +127,8 @@ def test_missing_and_empty_files_are_input_errors(tmp_path):
         formats.resolve([str(tmp_path / "empty.tsv")])
 
 
-@pytest.fixture
-def as_the_runner_traces():
-    """Dataset functions traced as the training binary traces them (no AutoGraph conversion:
-    seconds of every task pipeline's start)."""
-    from tfseq._common import traced_as_written
-
-    with traced_as_written():
-        yield
-
-
 @pytest.mark.slow
-def test_classify_datasets_on_tsv_labels_drops_and_unknown_eval_label(classify_tsv,
-                                                                      as_the_runner_traces):
+def test_classify_datasets_on_tsv_labels_drops_and_unknown_eval_label(classify_tsv):
     from tfseq.pipelines import classify
 
     train, evals = classify_tsv
@@ -158,7 +147,7 @@ def test_classify_datasets_on_tsv_labels_drops_and_unknown_eval_label(classify_t
 
 
 @pytest.mark.slow
-def test_classify_truncates_long_examples_by_default(tmp_path, as_the_runner_traces):
+def test_classify_truncates_long_examples_by_default(tmp_path):
     from tfseq.pipelines import classify
 
     path = tmp_path / "t.tsv"

@@ -15,7 +15,6 @@ transformations that gather examples anyway (``filter_by_length``, ``bucket_by_l
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Callable, Mapping
 
@@ -282,22 +281,3 @@ def user_function(fn: Callable | None) -> Callable | None:
         return None
     autograph = tf.__internal__.autograph
     return autograph.tf_convert(fn, autograph.control_status_ctx())
-
-
-@contextlib.contextmanager
-def traced_as_written():
-    """Within the block, dataset functions (``map``, ``filter``, ``flat_map``, ``reduce``...)
-    are traced as written, without AutoGraph's source conversion.
-
-    tfseq's data functions branch only on Python values (every data-dependent choice is a tf
-    op), so the conversion changes nothing but costs seconds of a training binary's start,
-    spent transforming the source of every function a pipeline maps.
-    Functions that do need AutoGraph can still ask for it (``tf.autograph.to_graph``).
-    """
-    try:
-        from tensorflow.python.autograph.core import ag_ctx
-    except ImportError:  # a TensorFlow without it: convert as usual
-        yield
-        return
-    with ag_ctx.ControlStatusCtx(status=ag_ctx.Status.DISABLED):
-        yield
