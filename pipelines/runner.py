@@ -300,7 +300,7 @@ class Runner:
 
         t.result = trainer.fit(self.settings.epochs,
                                verbose=self.settings.verbose if chief else 0,
-                               eval_fn=eval_fn if t.workers == 1 else None,
+                               eval_fn=eval_fn if t.workers == 1 and t.held_out else None,
                                max_steps=self.settings.max_steps)
         t.timings = trainer.timings
         checkpoints = trainer.checkpoint_dir and checkpoints_newest_first(
@@ -342,8 +342,9 @@ class Runner:
         the chief, prints the report and exports: the same in every mode."""
         chief = t.worker == 0
         finished = not t.result.interrupted
-        baselines = t.task.baselines(t.eval_ds()) if finished and chief else {}
-        eval_results = t.evaluate() if finished and chief else {}  # the eval counts: one pass
+        evaluated = finished and chief and t.held_out
+        baselines = t.task.baselines(t.eval_ds()) if evaluated else {}
+        eval_results = t.evaluate() if evaluated else {}  # the eval counts: one pass
         report = make_report(
             task_name=t.task.name, config=t.config, mode=t.mode, replicas=t.local,
             workers=t.workers,
@@ -361,7 +362,7 @@ class Runner:
             return
         write_report(os.path.join(self.settings.model_dir, "report.json"), report)
         print(format_report(report))
-        if finished:
+        if finished and t.held_out:
             for line in t.task.sample_lines(t.config, t.run.state, t.local_model, t.eval_ds()):
                 print(line)
         if self.settings.export and not t.result.signal:  # finished, or stopped by max_steps
@@ -408,12 +409,22 @@ class _Training:
         """Built at its first use: a run stopped before any evaluation skips it."""
         return self.task.eval_dataset(self.config, self.run.state, self.counters["eval"])
 
+    @property
+    def held_out(self) -> bool:
+        """Whether evaluation has records: ``eval_files``, or a share of the training records
+        (``eval_percent`` > 0; a task without ``eval_percent`` always holds some out)."""
+        return (bool(getattr(self.config, "eval_files", ()))
+                or getattr(self.config, "eval_percent", 1) > 0)
+
     def evaluate(self) -> dict:
-        """Held-out metrics of the model now; the eval counters hold that one pass.
+        """Held-out metrics of the model now; the eval counters hold that one pass (none, and
+        no pass over the training records, when nothing is held out: ``{}``).
 
         Weights evaluated already (the last epoch's evaluation, then the report's, at the same
         step) are not evaluated again: the same numbers and counts, without a second pass.
         """
+        if not self.held_out:
+            return {}
         step = int(self.model.optimizer.iterations.numpy())
         counter = self.counters["eval"]
         if self.evaluated is not None and self.evaluated[0] == step:

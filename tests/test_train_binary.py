@@ -84,8 +84,8 @@ def test_conflicting_flags_fail_naming_them(tmp_path, tiny_corpus):
     assert not (tmp_path / "run").exists()
 
 
-def test_the_last_epochs_evaluation_is_the_reports_not_a_second_pass(tmp_path, tiny_corpus,
-                                                                      monkeypatch):
+def test_a_run_evaluates_once_per_epoch_and_not_at_all_without_held_out_records(
+        tmp_path, tiny_corpus, monkeypatch):
     import keras
 
     steps = []  # the optimizer step of each evaluation pass
@@ -105,6 +105,14 @@ def test_the_last_epochs_evaluation_is_the_reports_not_a_second_pass(tmp_path, t
                               if k.startswith("eval_")}
     # The eval counts are one pass over the file (also after the baseline's own pass).
     assert report["counters"]["eval"]["seen"]["lines_read"] == 282
+    # Nothing held out: no evaluation, and no pass over the training file to find nothing.
+    steps.clear()
+    cli.train_in_process(f"--files={tiny_corpus}", "--batching=pad", "--batch_size=128",
+                         "--epochs=1", "--eval_percent=0", f"--model_dir={tmp_path / 'all'}")
+    report = json.loads((tmp_path / "all" / "report.json").read_text())
+    assert steps == [] and report["eval"] == {} and report["baselines"] == {}
+    assert report["counters"]["eval"] == {"seen": {}, "drops": {}}
+    assert report["counters"]["train"]["seen"]["lines_read"] == 282
 
 
 def test_help_exits_0_with_the_commands_flags():
