@@ -71,7 +71,8 @@ FLAGS_TABLE: dict[str, Flag] = {
                     "file's KEY as the column FIELD, e.g. label=category,text=meta.body).", [],
                     field="columns"),
     "header": Flag("boolean", "Skip the first line of every file.", False, field="header"),
-    "eval_percent": Flag("integer", "Percent of training lines held out (hashed).",
+    "eval_percent": Flag("integer", "Percent of training lines held out (hashed); 0 and no "
+                         "--eval_files: no evaluation.",
                          field="eval_percent"),
     "source_files": Flag("list", "translate: source side, plain text line-aligned.", [],
                          field="source_files"),
