@@ -1,6 +1,6 @@
 """AutoGraph and tfseq: tfseq's own functions are traced as written (converting their source
-cost seconds of every pipeline's construction); a function a caller hands to tfseq is
-converted as the caller's own ``Dataset.map`` would convert it."""
+cost seconds of every pipeline's construction); a function a caller hands to tfseq, or a
+method of a caller's subclass, is converted as the caller's own code would be."""
 
 import pytest
 import tensorflow as tf
@@ -57,3 +57,20 @@ def test_a_callers_function_called_from_tfseq_is_still_converted():
     stream = ReplayStream(lambda epoch: tf.data.Dataset.range(5).batch(2), map_fn=halve_large)
     ds = stream.dataset(tf.Variable(0, dtype=tf.int64), tf.Variable(0, dtype=tf.int64))
     assert [batch.numpy().tolist() for batch in ds] == [[0, 1], [1, 1], [4]]
+
+
+def test_a_served_subclass_of_a_callers_own_is_converted_in_serve(tmp_path):
+    from tfseq import serving
+
+    class Doubled(serving.Served):
+        """A caller's own task: its ``_predict`` branches on a tensor (AutoGraph's job)."""
+
+        def _predict(self, ids, lengths):
+            if tf.reduce_max(lengths) > 2:
+                lengths = lengths * 2
+            return {"n": lengths}
+
+    vocab = tfseq.Vocab(["<pad>", "<unk>", "<s>", "</s>", "a", "b"])
+    served = Doubled(serving.TextEncoder(vocab, str(tmp_path), max_length=8), "truncate")
+    assert served.serve(tf.constant(["a b", "a"]))["n"].numpy().tolist() == [2, 1]
+    assert served.serve(tf.constant(["a b a", "b"]))["n"].numpy().tolist() == [6, 2]
