@@ -85,12 +85,14 @@ def runner(*args, **settings):
     """The ``Runner`` ``tfseq-train args...`` makes, in this process: its flags through the flag
     table, its run settings with ``settings`` (e.g. ``verbose=0``) in place of theirs."""
     import dataclasses
+    import time
 
     from tfseq.pipelines.runner import Runner
     from tfseq.scripts import flag_table
 
     task, values, config = flag_config(*args)
-    return Runner(task, config, dataclasses.replace(flag_table.run_settings(values, 0.0),
+    started = time.perf_counter()  # as the command's start: its report's first-step seconds
+    return Runner(task, config, dataclasses.replace(flag_table.run_settings(values, started),
                                                     **settings))
 
 

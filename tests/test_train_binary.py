@@ -100,6 +100,7 @@ def test_a_run_evaluates_once_per_epoch_and_not_at_all_without_held_out_records(
                          "--batch_size=128", "--epochs=2", f"--model_dir={tmp_path / 'run'}")
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["steps"] == 6 and len(steps) == 2  # after epoch 1 and 2; none after
+    assert 0 < report["setup"]["first_step_seconds"] < 600  # from this run's start
     last = report["history"][-1]
     assert report["eval"] == {k[len("eval_"):]: v for k, v in last.items()
                               if k.startswith("eval_")}
