@@ -232,8 +232,7 @@ class Runner:
         if chief:
             self.on_opened()
             if self.settings.verbose:
-                print("building the model and the training input ...", file=sys.stderr,
-                      flush=True)
+                print("building the model ...", file=sys.stderr, flush=True)
         logging.info("config: %s", config)
         training = _Training(task, config, run, mode, local, workers, worker, strategy,
                              counters={"train": DropCounter("train"),
@@ -260,6 +259,8 @@ class Runner:
         checkpoint; False when the run had already done its epochs."""
         chief = t.worker == 0
         several = self.settings.steps_per_execution > 1
+        if chief and self.settings.verbose:  # seconds on a mixture: a line of its own
+            print("building the training input ...", file=sys.stderr, flush=True)
         stream = t.task.training_stream(t.config, t.run.state, t.counters["train"], t.run.shards,
                                         replicas=t.local, parts=t.strategy is not None)
         summaries = self._summaries(t.stats, t.counters)

@@ -49,6 +49,8 @@ def test_one_read_gives_labels_a_uniform_sample_and_the_shards(tmp_path, tokeniz
         assert "MB/s" in out.stderr
         assert "learning a wordpiece vocabulary of 200 from 200 lines" in out.stderr
         assert "done in" in out.stderr
+        assert "building the model ..." in out.stderr
+        assert "building the training input ..." in out.stderr
     else:  # --verbose=0: no progress line, also with lines due every 0 s
         assert "reading the training records" not in out.stderr
         assert f"learning a {tokenizer} vocabulary" not in out.stderr
